@@ -1,0 +1,108 @@
+"""verl citations: every `verl/path.py:LINE` minirl cites, checked against verl's index at the pinned commit.
+
+The index (`minirl/anchors/data/<commit>/`, copied from the project's shared verl-index: data derived
+from Apache-2.0 code, no code) lists every file with its line count and every class, function and
+method with its def line. A citation resolves when:
+
+- the file exists at the pinned commit;
+- for a `.py` file, LINE is the def/class line of a symbol in that file, and when a backticked name
+  stands right before the citation (`` `compute_grpo_outcome_advantage` (`verl/...py:268`) ``), it is
+  that symbol (its last dotted part);
+- for other files, LINE is within the file.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+PIN = "1dda039b9c63"
+OLD = "9c38b8bb1876"
+DATA = Path(__file__).parent / "data"
+GITHUB = "https://github.com/verl-project/verl/blob/1dda039b9c6311889a9c9a26040677e1254814f9"
+
+CITE = re.compile(r"((?:verl|examples|tests|recipe|docs)/[\w./-]+\.(?:py|yaml|sh|md|rst))(?::(\d+))?")
+NAME_BEFORE = re.compile(r"`([A-Za-z_][\w.]*)(?:\(\))?`\s*\(?`?\s*$")
+PLACEHOLDERS = {"verl/path.py"}  # how the docs write "a citation" in prose
+
+
+@dataclass
+class Index:
+    files: dict  # path -> line count
+    symbols: dict  # path -> {line: [qualname, ...]}
+    by_name: dict  # path -> {qualname: line}
+
+
+def load_index(commit: str = PIN) -> Index:
+    d = DATA / commit
+    files, symbols, by_name = {}, {}, {}
+    for name in ("verl_files.tsv", "repo_files.tsv"):
+        for line in (d / name).read_text().splitlines()[1:]:
+            path, _, n = line.partition("\t")
+            files[path] = int(n) if n.isdigit() else None
+    for line in (d / "verl_symbols.tsv").read_text().splitlines()[1:]:
+        path, qual, _kind, n = line.split("\t")
+        symbols.setdefault(path, {}).setdefault(int(n), []).append(qual)
+        by_name.setdefault(path, {})[qual] = int(n)
+    return Index(files, symbols, by_name)
+
+
+def check_text(text: str, index: Index, where: str = "") -> list[str]:
+    """Problems with the citations in `text` (empty list: all resolve)."""
+    bad = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in CITE.finditer(line):
+            path, ln = m.group(1), m.group(2)
+            loc = f"{where}:{lineno}"
+            if path in PLACEHOLDERS or "..." in path:
+                continue
+            if path not in index.files:
+                if path.startswith("verl/"):
+                    bad.append(f"{loc}: {path} does not exist at verl {PIN}")
+                continue
+            if ln is None:
+                continue
+            ln = int(ln)
+            if path.endswith(".py") and path in index.symbols:
+                quals = index.symbols[path].get(ln)
+                if not quals:
+                    bad.append(f"{loc}: {path}:{ln} is not the def/class line of any symbol")
+                    continue
+                nm = NAME_BEFORE.search(line[: m.start()])
+                if nm:
+                    name = nm.group(1).split(".")[-1]
+                    if not any(q.split(".")[-1] == name or q.endswith("." + nm.group(1)) or q == nm.group(1)
+                               for q in quals):
+                        bad.append(f"{loc}: {path}:{ln} is {quals}, not `{nm.group(1)}`")
+            elif index.files[path] is not None and ln > index.files[path]:
+                bad.append(f"{loc}: {path}:{ln} is past the end ({index.files[path]} lines)")
+    return bad
+
+
+def project_files(root: Path) -> list[Path]:
+    try:
+        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
+                             capture_output=True, text=True, check=True).stdout.split()
+        files = [root / f for f in out]
+    except Exception:
+        files = [p for p in root.rglob("*") if p.is_file()]
+    keep = (".py", ".md", ".ipynb", ".yaml", ".yml")
+    return [f for f in files if f.suffix in keep and "anchors/data" not in str(f) and f.exists()
+            and not str(f.relative_to(root)).startswith(("traces/", ".venv", "tests/test_anchors.py"))]
+
+
+def check_project(root=".", commit: str = PIN) -> list[str]:
+    """Check every citation in the project's .py/.md/.ipynb/.yaml files."""
+    root = Path(root)
+    index = load_index(commit)
+    bad = []
+    for f in project_files(root):
+        bad += check_text(f.read_text(errors="ignore"), index, str(f.relative_to(root)))
+    return bad
+
+
+def link(path: str, line: int | None = None) -> str:
+    """GitHub URL of a citation at the pinned commit."""
+    return f"{GITHUB}/{path}" + (f"#L{line}" if line else "")

@@ -1,0 +1,1 @@
+"""The trainer: core_algos (formulas) and ppo/ (the loop)."""

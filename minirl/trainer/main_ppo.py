@@ -1,0 +1,105 @@
+"""Entry point: `python -m minirl.trainer.main_ppo key=value ...` or `minirl train key=value ...`.
+
+verl: `main` (`verl/trainer/main_ppo.py:167`) composes the Hydra config, starts Ray and runs a
+`TaskRunnerV1` (`verl/trainer/main_ppo.py:103`) actor whose `run` (`:133`) builds the tokenizer,
+datasets, reward functions and the trainer, then calls `fit`. minirl's `TaskRunner` does the same
+steps in this process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from minirl.config import ConfigError, load
+from minirl.config.validate import check_model_length
+
+
+class TaskRunner:
+    """Builds everything a run needs from the config, then trains (verl: `TaskRunnerV1`)."""
+
+    def build(self, config):
+        """Tokenizer, datasets, reward managers and the trainer, with workers initialised."""
+        import torch
+
+        from minirl.data.rl_dataset import RLDataset, collate_fn
+        from minirl.data.tasks import resolve_data_files
+        from minirl.models import load_model_config, load_tokenizer, resolve_model_path
+        from minirl.trainer.ppo import get_trainer_cls
+        from minirl.workers.reward import load_reward_manager
+
+        torch.manual_seed(int(config.trainer.seed))
+        model = config.actor_rollout_ref.model
+        model.path = resolve_model_path(model.path)
+        if config.critic.model.path == "minirl://tiny-qwen2" or str(config.critic.model.path).startswith("minirl://"):
+            config.critic.model.path = resolve_model_path(config.critic.model.path)
+        tokenizer = load_tokenizer(model.tokenizer_path or model.path)
+        hf_config = load_model_config(model.path)
+        check_model_length(config, getattr(hf_config, "max_position_embeddings", 10**9))
+        train_files = resolve_data_files(config.data.train_files, config.data.builtin)
+        val_files = resolve_data_files(config.data.val_files, config.data.builtin) if config.data.val_files else None
+        train = RLDataset(train_files, tokenizer, config.data, max_samples=int(config.data.train_max_samples))
+        val = RLDataset(val_files, tokenizer, config.data, max_samples=int(config.data.val_max_samples)) if val_files else None
+        reward_fn = load_reward_manager(config, tokenizer)
+        trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
+        trainer = trainer_cls(config, tokenizer, train, val, collate_fn, reward_fn)
+        trainer.init_workers()
+        return trainer
+
+    def run(self, config):
+        trainer = self.build(config)
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+            _plot_reward_curve(trainer)
+        return trainer
+
+
+def _plot_reward_curve(trainer):
+    """reward_curve.png in default_local_dir: training score and validation accuracy per step."""
+    rows = [r for r in trainer.history if "critic/score/mean" in r or any(k.startswith("val-core/") for k in r)]
+    if not rows or "file" not in list(trainer.config.trainer.logger):
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    tr = [(r["step"], r["critic/score/mean"]) for r in rows if "critic/score/mean" in r]
+    if tr:
+        ax.plot(*zip(*tr), label="train critic/score/mean")
+    for key in sorted({k for r in rows for k in r if k.startswith("val-core/") and "/acc/" in k}):
+        pts = [(r["step"], r[key]) for r in rows if key in r]
+        ax.plot(*zip(*pts), marker="o", label=key)
+    ax.set_xlabel("step")
+    ax.set_ylabel("score")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    path = os.path.join(trainer.config.trainer.default_local_dir, "reward_curve.png")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def run_ppo(overrides=()):
+    """Load the config with `overrides` and train; returns the trainer (for notebooks and tests)."""
+    config = load(list(overrides))
+    return TaskRunner().run(config)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        config = load(argv)
+    except ConfigError as e:
+        print(f"minirl train: {e}", file=sys.stderr)
+        return 2
+    TaskRunner().run(config)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Loss functions the workers hand to the engine (verl: `verl/workers/utils/`)."""

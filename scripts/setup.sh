@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create ./.venv (if missing) and install minirl with its extras. Idempotent: re-installs only
+# when pyproject.toml changed. Used by scripts/demo.sh and scripts/test.sh; safe to run by hand.
+#   EXTRAS=dev,docs bash scripts/setup.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${MINIRL_VENV:-.venv}
+EXTRAS=${EXTRAS:-dev}
+PY=${PYTHON:-python3}
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "[setup] creating $VENV with $($PY --version)"
+  "$PY" -m venv "$VENV"
+fi
+stamp="$VENV/.minirl-installed"
+want="$(sha256sum pyproject.toml | cut -c1-16)-$EXTRAS"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  echo "[setup] installing minirl[$EXTRAS] into $VENV (first time: ~2-3 minutes)"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -U pip
+  # torch first, pinned: this machine's pip finds a CPU build of 2.13.0 on local disk; elsewhere use
+  # the PyTorch CPU index (pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu).
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch==2.13.0" \
+    || "$VENV/bin/python" -m pip install -q --disable-pip-version-check "torch>=2.6,<=2.13.0"
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e ".[$EXTRAS]"
+  echo "$want" > "$stamp"
+fi

@@ -1,0 +1,456 @@
+"""Tests for minirl.protocol: DataProto's contract with verl (`verl/protocol.py:318`) and its errors."""
+
+import pickle
+
+import numpy as np
+import pytest
+import torch
+from tensordict import TensorDict
+
+from minirl.protocol import (
+    DataProto,
+    DataProtoItem,
+    pad_dataproto_to_divisor,
+    union_numpy_dict,
+    union_tensor_dict,
+    unpad_dataproto,
+)
+
+
+def make(n=4, meta=None):
+    """n samples: obs[i] = [2i, 2i+1], reward[i] = i, uid[i] = 'u{i}'."""
+    return DataProto.from_dict(
+        tensors={"obs": torch.arange(2 * n).reshape(n, 2), "reward": torch.arange(n, dtype=torch.float32)},
+        non_tensors={"uid": [f"u{i}" for i in range(n)]},
+        meta_info={"temperature": 1.0} if meta is None else meta,
+    )
+
+
+def rows(data):
+    """The sample ids present in data, read from both compartments (they must agree)."""
+    from_tensor = data.batch["reward"].long().tolist()
+    from_objects = [int(u[1:]) for u in data.non_tensor_batch["uid"]]
+    assert from_tensor == from_objects, "batch and non_tensor_batch rows drifted apart"
+    return from_tensor
+
+
+# ---------------------------------------------------------------- construction and consistency
+
+
+def test_from_dict_builds_three_compartments():
+    data = make(3)
+    assert len(data) == 3
+    assert isinstance(data.batch, TensorDict) and list(data.batch.batch_size) == [3]
+    assert data.non_tensor_batch["uid"].dtype == object and data.non_tensor_batch["uid"].shape == (3,)
+    assert data.meta_info == {"temperature": 1.0}
+    assert rows(data) == [0, 1, 2]
+
+
+def test_from_dict_keeps_each_list_as_one_object():
+    # np.array([[1, 2], [3, 4]], dtype=object) would be 2-d; each sample must keep its own list
+    data = DataProto.from_dict(non_tensors={"tools": [[1, 2], [3, 4]]})
+    assert data.non_tensor_batch["tools"].shape == (2,)
+    assert data.non_tensor_batch["tools"][1] == [3, 4]
+    assert len(data) == 2 and data.batch is None
+
+
+def test_from_dict_rejects_mismatched_tensors():
+    with pytest.raises(ValueError, match=r"tensor 'b' has batch size 3 but 'a' has 2"):
+        DataProto.from_dict(tensors={"a": torch.zeros(2, 4), "b": torch.zeros(3)})
+    with pytest.raises(ValueError, match=r"tensor 'a' is 0-d"):
+        DataProto.from_dict(tensors={"a": torch.tensor(1.0)})
+
+
+def test_from_single_dict_splits_by_type():
+    data = DataProto.from_single_dict(
+        {"ids": torch.ones(2, 3), "uid": np.array(["a", "b"], dtype=object), "answer": ["1", "2"]},
+        meta_info={"step": 7},
+    )
+    assert list(data.batch.keys()) == ["ids"]
+    assert set(data.non_tensor_batch) == {"uid", "answer"}
+    assert data.non_tensor_batch["answer"].dtype == object
+    assert data.meta_info == {"step": 7}
+    with pytest.raises(TypeError, match=r"'x' has type int; expected a torch.Tensor"):
+        DataProto.from_single_dict({"ids": torch.ones(2), "x": 3})
+
+
+def test_empty_dataproto_has_length_zero():
+    assert len(DataProto()) == 0
+    assert len(DataProto.from_dict(meta_info={"a": 1})) == 0
+
+
+def test_check_consistency_names_key_length_and_batch_size():
+    batch = TensorDict({"obs": torch.zeros(4, 2)}, batch_size=[4])
+    with pytest.raises(ValueError, match=r"non_tensor_batch\['uid'\] has length 3 but the batch size is 4"):
+        DataProto(batch=batch, non_tensor_batch={"uid": np.array(["a", "b", "c"], dtype=object)})
+    with pytest.raises(ValueError, match=r"non_tensor_batch\['uid'\] must be a numpy array .* got list"):
+        DataProto(batch=batch, non_tensor_batch={"uid": ["a", "b", "c", "d"]})
+    with pytest.raises(ValueError, match=r"exactly 1 batch dimension, got batch_size=\[4, 2\]"):
+        DataProto(batch=TensorDict({"obs": torch.zeros(4, 2)}, batch_size=[4, 2]))
+    with pytest.raises(TypeError, match="DataProto.batch must be a TensorDict or None, got dict"):
+        DataProto(batch={"obs": torch.zeros(4, 2)})
+    # without tensors, the first non-tensor field sets the batch size
+    with pytest.raises(ValueError, match=r"non_tensor_batch\['b'\] has length 1 but the batch size is 2"):
+        DataProto(non_tensor_batch={"a": np.zeros(2), "b": np.zeros(1)})
+
+
+# ---------------------------------------------------------------- indexing
+
+
+def test_getitem_int_returns_item():
+    data = make(4)
+    item = data[2]
+    assert isinstance(item, DataProtoItem)
+    assert item.batch["obs"].tolist() == [4, 5]
+    assert item.non_tensor_batch == {"uid": "u2"}
+    assert item.meta_info == {"temperature": 1.0}
+    assert data[-1].non_tensor_batch["uid"] == "u3"
+    assert data[np.int64(1)].batch["reward"].item() == 1.0
+
+
+def test_getitem_slice_list_array_and_tensors():
+    data = make(6)
+    assert rows(data[1:4]) == [1, 2, 3]
+    assert rows(data[::2]) == [0, 2, 4]
+    assert rows(data[[5, 0, 0]]) == [5, 0, 0]
+    assert rows(data[np.array([3, 1])]) == [3, 1]
+    assert rows(data[torch.tensor([4, 2])]) == [4, 2]
+    assert rows(data[torch.tensor([True, False, True, False, False, True])]) == [0, 2, 5]
+    assert rows(data[[True, True, False, False, False, False]]) == [0, 1]
+    assert len(data[[]]) == 0
+    assert isinstance(data[1:3], DataProto) and data[1:3].meta_info == {"temperature": 1.0}
+    with pytest.raises(TypeError, match="cannot be indexed with str"):
+        data["obs"]
+
+
+def test_select_idxs_and_slice_copy_meta_info():
+    data = make(4)
+    picked = data.select_idxs([1, 1])
+    assert rows(picked) == [1, 1]
+    picked.meta_info["temperature"] = 0.5
+    assert data.meta_info["temperature"] == 1.0  # each result has its own meta dict
+    assert rows(data.slice(1, None, 2)) == [1, 3]
+
+
+def test_reorder_is_in_place():
+    data = make(4)
+    assert data.reorder(torch.tensor([3, 2, 1, 0])) is None
+    assert rows(data) == [3, 2, 1, 0]
+
+
+def test_to_moves_batch_and_returns_self():
+    data = make(2)
+    assert data.to("cpu") is data
+    assert data.batch.device == torch.device("cpu")
+
+
+# ---------------------------------------------------------------- fields: select, pop, rename, union
+
+
+def test_select_keeps_named_keys():
+    data = make(4, meta={"temperature": 1.0, "step": 3})
+    sub = data.select(batch_keys=["obs"], non_tensor_batch_keys=[], meta_info_keys=["step"])
+    assert list(sub.batch.keys()) == ["obs"]
+    assert sub.non_tensor_batch == {} and sub.meta_info == {"step": 3}
+    assert len(sub) == 4
+    everything = data.select()
+    everything.batch["new"] = torch.zeros(4)
+    assert "new" not in data.batch  # a new TensorDict, even when nothing is dropped
+    assert everything.batch["obs"] is data.batch["obs"]  # ... over the same tensors
+
+
+def test_select_deepcopy_is_independent():
+    data = make(2, meta={"cfg": {"lr": 1.0}})
+    copied = data.select(deepcopy=True)
+    copied.batch["obs"][0, 0] = 100
+    copied.non_tensor_batch["uid"][0] = "changed"
+    copied.meta_info["cfg"]["lr"] = 2.0
+    assert data.batch["obs"][0, 0].item() == 0
+    assert data.non_tensor_batch["uid"][0] == "u0"
+    assert data.meta_info["cfg"]["lr"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        ({"batch_keys": ["nope"]}, r"DataProto.select: key 'nope' is not in batch; available keys: \['obs'"),
+        ({"non_tensor_batch_keys": ["nope"]}, r"'nope' is not in non_tensor_batch; available keys: \['uid'"),
+        ({"meta_info_keys": ["nope"]}, r"'nope' is not in meta_info; available keys: \['temperature'\]"),
+    ],
+)
+def test_select_missing_key(kwargs, pattern):
+    with pytest.raises(KeyError, match=pattern):
+        make(2).select(**kwargs)
+
+
+def test_pop_removes_and_returns():
+    data = make(3, meta={"temperature": 1.0, "step": 2})
+    popped = data.pop(batch_keys=["reward"], non_tensor_batch_keys=["uid"], meta_info_keys=["step"])
+    assert popped.batch["reward"].tolist() == [0.0, 1.0, 2.0]
+    assert popped.non_tensor_batch["uid"].tolist() == ["u0", "u1", "u2"]
+    assert popped.meta_info == {"step": 2}
+    assert list(data.batch.keys()) == ["obs"] and data.non_tensor_batch == {}
+    assert data.meta_info == {"temperature": 1.0}
+    assert len(data) == 3
+
+
+def test_pop_missing_key_names_available_keys_and_changes_nothing():
+    data = make(2)
+    pattern = r"DataProto.pop: key 'values' is not in batch; available keys: \['obs', 'reward'\]"
+    with pytest.raises(KeyError, match=pattern):
+        data.pop(batch_keys=["obs", "values"])
+    with pytest.raises(KeyError, match=r"key 'x' is not in meta_info; available keys: \['temperature'\]"):
+        data.pop(batch_keys=["obs"], meta_info_keys=["x"])
+    assert list(data.batch.keys()) == ["obs", "reward"]  # checked before anything was removed
+
+
+def test_rename_batch_and_non_tensor_keys():
+    data = make(2)
+    assert data.rename("reward", "token_level_scores") is data
+    assert set(data.batch.keys()) == {"obs", "token_level_scores"}
+    data.rename(["obs", "uid"], ["input_ids", "prompt_uid"])
+    assert set(data.batch.keys()) == {"input_ids", "token_level_scores"}
+    assert list(data.non_tensor_batch) == ["prompt_uid"]
+    with pytest.raises(ValueError, match="got 2 old keys but 1 new keys"):
+        data.rename(["a", "b"], ["c"])
+    with pytest.raises(KeyError, match=r"DataProto.rename: key 'nope' is not in batch or non_tensor_batch"):
+        data.rename("nope", "x")
+    with pytest.raises(ValueError, match="cannot rename 'input_ids' to 'prompt_uid', which already exists"):
+        data.rename("input_ids", "prompt_uid")
+
+
+def test_union_adds_fields_and_accepts_equal_values():
+    data = make(3)
+    extra = DataProto.from_dict(
+        tensors={"values": torch.ones(3), "reward": torch.arange(3, dtype=torch.float32)},  # equal: fine
+        non_tensors={"answer": ["a", "b", "c"], "uid": ["u0", "u1", "u2"]},
+        meta_info={"temperature": 1.0, "global_steps": 5},
+    )
+    assert data.union(extra) is data
+    assert set(data.batch.keys()) == {"obs", "reward", "values"}
+    assert set(data.non_tensor_batch) == {"uid", "answer"}
+    assert data.meta_info == {"temperature": 1.0, "global_steps": 5}
+    assert rows(data) == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    ("other", "pattern"),
+    [
+        ({"tensors": {"reward": torch.zeros(3)}}, r"union: batch key 'reward' is on both sides with diff"),
+        ({"non_tensors": {"uid": ["x", "y", "z"]}}, r"union: non_tensor_batch key 'uid' is on both sides"),
+        ({"meta_info": {"temperature": 0.7}}, r"union: meta_info key 'temperature' is on both sides"),
+        ({"tensors": {"values": torch.zeros(2)}}, r"union: batch sizes differ \(\[3\] vs \[2\]\)"),
+        ({"non_tensors": {"answer": ["a"]}}, r"\['answer'\] has length 1 but the batch size is 3"),
+    ],
+)
+def test_union_conflicts_raise_and_leave_self_unchanged(other, pattern):
+    data = make(3)
+    with pytest.raises(ValueError, match=pattern):
+        data.union(DataProto.from_dict(**other))
+    assert set(data.batch.keys()) == {"obs", "reward"} and set(data.non_tensor_batch) == {"uid"}
+    assert data.meta_info == {"temperature": 1.0}
+
+
+def test_union_into_empty_batch():
+    objects = DataProto.from_dict(non_tensors={"uid": ["a", "b"]})
+    objects.union(DataProto.from_dict(tensors={"x": torch.zeros(2)}))
+    assert list(objects.batch.keys()) == ["x"] and len(objects) == 2
+
+
+def test_module_level_union_helpers():
+    td1 = TensorDict({"a": torch.ones(2)}, batch_size=[2])
+    out = union_tensor_dict(td1, TensorDict({"a": torch.ones(2), "b": torch.zeros(2)}, batch_size=[2]))
+    assert out is td1 and set(td1.keys()) == {"a", "b"}
+    nan = np.array([np.nan, 1.0])
+    merged = union_numpy_dict({"f": nan}, {"f": nan.copy(), "g": np.array([1, 2])})  # NaN equals NaN
+    assert set(merged) == {"f", "g"}
+    with pytest.raises(ValueError, match="non_tensor_batch key 'g'"):
+        union_numpy_dict(merged, {"g": np.array([1, 3])})
+
+
+def test_union_compares_nested_meta_values():
+    data = make(2, meta={"cfg": {"w": torch.ones(3), "tags": ["a"]}})
+    data.union(DataProto.from_dict(meta_info={"cfg": {"w": torch.ones(3), "tags": ["a"]}}))  # equal: fine
+    with pytest.raises(ValueError, match="meta_info key 'cfg'"):
+        data.union(DataProto.from_dict(meta_info={"cfg": {"w": torch.zeros(3), "tags": ["a"]}}))
+
+
+# ---------------------------------------------------------------- chunk, split, concat, padding
+
+
+def test_chunk_equal_parts():
+    parts = make(8).chunk(4)
+    assert [rows(p) for p in parts] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert all(p.meta_info == {"temperature": 1.0} for p in parts)
+
+
+def test_chunk_uneven_names_sizes_and_helpers():
+    expected = (
+        "DataProto.chunk: batch size 10 is not divisible by 4 chunks; pad first with "
+        "pad_dataproto_to_divisor(data, 4) and remove the padding afterwards with "
+        "unpad_dataproto(output, pad_size)"
+    )
+    with pytest.raises(ValueError) as info:
+        make(10).chunk(4)
+    assert str(info.value) == expected
+    with pytest.raises(ValueError, match="chunks must be positive, got 0"):
+        make(2).chunk(0)
+
+
+def test_split_last_piece_smaller():
+    assert [rows(p) for p in make(7).split(3)] == [[0, 1, 2], [3, 4, 5], [6]]
+    with pytest.raises(ValueError, match="split_size must be positive, got 0"):
+        make(2).split(0)
+
+
+def test_pad_chunk_concat_unpad_round_trip():
+    data = make(10)
+    padded, pad_size = pad_dataproto_to_divisor(data, 4)
+    assert pad_size == 2 and len(padded) == 12
+    assert rows(padded) == list(range(10)) + [0, 1]  # padding repeats rows from the start, as verl
+    outputs = padded.chunk(4)  # e.g. one chunk per worker
+    assert [len(o) for o in outputs] == [3, 3, 3, 3]
+    restored = unpad_dataproto(DataProto.concat(outputs), pad_size)
+    assert rows(restored) == list(range(10))
+    assert torch.equal(restored.batch["obs"], data.batch["obs"])
+    assert restored.meta_info == data.meta_info
+
+
+def test_pad_wraps_around_and_no_op_cases():
+    padded, pad_size = pad_dataproto_to_divisor(make(3), 8)
+    assert pad_size == 5 and rows(padded) == [0, 1, 2, 0, 1, 2, 0, 1]
+    data = make(4, meta={"metrics": [{"loss": 1.0}]})
+    same, pad_size = pad_dataproto_to_divisor(data, 2)
+    assert same is data and pad_size == 0
+    assert pad_dataproto_to_divisor(make(3, meta={"metrics": [{"loss": 1.0}]}), 2)[0].meta_info == {
+        "metrics": [{"loss": 1.0}]
+    }  # padding leaves meta_info alone
+    assert unpad_dataproto(data, 0) is data
+    with pytest.raises(ValueError, match="pad_size 5 must be between 0 and the batch size 4"):
+        unpad_dataproto(data, 5)
+    with pytest.raises(ValueError, match="size_divisor must be positive, got 0"):
+        pad_dataproto_to_divisor(data, 0)
+
+
+def test_concat_rows_and_metrics_gathering():
+    a = make(2, meta={"temperature": 1.0, "metrics": {"loss": 0.5, "acc": 0.9}})
+    two_workers = [{"loss": 0.6, "acc": 0.8}, {"loss": 0.7, "acc": 0.7}]
+    b = make(4, meta={"temperature": 1.0, "metrics": two_workers})[2:]
+    c = make(6, meta={"temperature": 1.0, "extra": "x"})[4:]  # no metrics here; new keys are merged
+    out = DataProto.concat([a, b, c])
+    assert rows(out) == [0, 1, 2, 3, 4, 5]
+    assert out.meta_info == {
+        "temperature": 1.0,
+        "extra": "x",
+        "metrics": {"loss": [0.5, 0.6, 0.7], "acc": [0.9, 0.8, 0.7]},
+    }
+    listed = DataProto.concat([make(1, meta={"metrics": [1.0]}), make(1, meta={"metrics": [2.0]})])
+    assert listed.meta_info["metrics"] == [1.0, 2.0]  # metrics that are not dicts stay a flat list
+
+
+def test_concat_conflicts():
+    pattern = r"meta_info\['temperature'\] differs between inputs \(1.0 vs 0.5 in input 1\)"
+    with pytest.raises(ValueError, match=pattern):
+        DataProto.concat([make(2), make(2, meta={"temperature": 0.5})])
+    other = make(2)
+    other.pop(batch_keys=["reward"])
+    with pytest.raises(ValueError, match=r"input 1 has batch keys \['obs'\] but input 0 has \['obs', 'rew"):
+        DataProto.concat([make(2), other])
+    with pytest.raises(ValueError, match=r"input 1 has non_tensor_batch keys \[\] but input 0 has \['uid'\]"):
+        DataProto.concat([make(2), make(2).select(non_tensor_batch_keys=[])])
+    with pytest.raises(ValueError, match="got an empty list"):
+        DataProto.concat([])
+
+
+def test_concat_non_tensor_only():
+    parts = [DataProto.from_dict(non_tensors={"a": [1]}), DataProto.from_dict(non_tensors={"a": [2]})]
+    out = DataProto.concat(parts)
+    assert out.batch is None and out.non_tensor_batch["a"].tolist() == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("interleave", "expected"), [(True, [0, 0, 0, 1, 1, 1]), (False, [0, 1, 0, 1, 0, 1])]
+)
+def test_repeat(interleave, expected):
+    data = make(2)
+    out = data.repeat(repeat_times=3, interleave=interleave)
+    assert rows(out) == expected  # checks tensors and non-tensors alike
+    assert out.batch["obs"][:, 0].tolist() == [2 * r for r in expected]
+    assert out.meta_info == data.meta_info and len(data) == 2
+
+
+# ---------------------------------------------------------------- save/load, iterator, display
+
+
+def test_save_load_round_trip(tmp_path):
+    data = DataProto.from_dict(
+        tensors={"ids": torch.arange(6).reshape(2, 3), "mask": torch.tensor([[1.5], [2.5]]).bfloat16()},
+        non_tensors={"uid": ["a", "b"], "tools": [[1, 2], None]},
+        meta_info={"temperature": 0.7, "metrics": {"loss": [1.0]}},
+    )
+    data.save_to_disk(tmp_path / "batch.pt")
+    loaded = DataProto.load_from_disk(tmp_path / "batch.pt")
+    assert torch.equal(loaded.batch["ids"], data.batch["ids"])
+    assert loaded.batch["mask"].dtype == torch.bfloat16
+    assert torch.equal(loaded.batch["mask"], data.batch["mask"])
+    assert loaded.non_tensor_batch["tools"].dtype == object
+    assert loaded.non_tensor_batch["tools"].tolist() == [[1, 2], None]
+    assert loaded.non_tensor_batch["uid"].tolist() == ["a", "b"]
+    assert loaded.meta_info == data.meta_info
+    objects_only = DataProto.from_dict(non_tensors={"a": [1, 2]})
+    objects_only.save_to_disk(tmp_path / "objects.pt")
+    assert DataProto.load_from_disk(tmp_path / "objects.pt").batch is None
+
+
+def test_pickle_round_trip():  # how Ray ships a DataProto between processes
+    loaded = pickle.loads(pickle.dumps(make(3)))
+    assert rows(loaded) == [0, 1, 2] and loaded.meta_info == {"temperature": 1.0}
+
+
+def test_make_iterator_counts_and_order():
+    data = make(8)
+    batches = list(data.make_iterator(mini_batch_size=2, epochs=3))
+    assert len(batches) == 12  # 8 / 2 mini-batches per epoch, 3 epochs
+    assert [rows(b) for b in batches[:4]] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # no seed: in order
+    assert all(b.meta_info == {"temperature": 1.0} for b in batches)
+    with pytest.raises(ValueError, match="batch size 8 is not divisible by mini_batch_size 3"):
+        data.make_iterator(mini_batch_size=3, epochs=1)
+
+
+def test_make_iterator_seed_is_deterministic():
+    data = make(8)
+    first = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=1)]
+    second = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=1)]
+    other = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=2)]
+    assert first == second and first != other
+    epoch0, epoch1 = first[0] + first[1], first[2] + first[3]
+    assert sorted(epoch0) == sorted(epoch1) == list(range(8))  # each epoch sees every row once
+    assert epoch0 != list(range(8)) and epoch0 != epoch1  # shuffled, and afresh each epoch
+
+
+def test_summary_lists_every_field():
+    data = make(4)
+    assert data.summary() == [
+        {"key": "obs", "storage": "batch", "shape": (4, 2), "dtype": "torch.int64", "device": "cpu"},
+        {"key": "reward", "storage": "batch", "shape": (4,), "dtype": "torch.float32", "device": "cpu"},
+        {"key": "uid", "storage": "non_tensor_batch", "shape": (4,), "dtype": "object", "device": "cpu"},
+        {"key": "temperature", "storage": "meta_info", "shape": None, "dtype": "float", "device": None},
+    ]
+
+
+def test_repr_is_one_line_per_field():
+    text = repr(make(4, meta={"temperature": 1.0, "metrics": {"loss": [1.0]}}))
+    lines = text.splitlines()
+    assert lines[0] == "DataProto with 4 samples"
+    assert lines[1].split() == ["key", "storage", "shape", "dtype", "device"]
+    assert lines[2].split() == ["obs", "batch", "(4,", "2)", "torch.int64", "cpu"]
+    assert lines[4].split() == ["uid", "non_tensor_batch", "(4,)", "object", "cpu"]
+    assert lines[5].split() == ["temperature", "meta_info", "-", "float", "-", "=", "1.0"]
+    assert lines[6].split() == ["metrics", "meta_info", "-", "dict", "-"]
+    assert len(lines) == 7
+
+
+def test_get_data_info_is_the_repr():
+    data = make(2)
+    assert data.get_data_info() == repr(data)
+    assert repr(DataProto()).splitlines()[0] == "DataProto with 0 samples"
