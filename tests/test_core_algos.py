@@ -24,7 +24,9 @@ T = torch.tensor
 
 
 def close(actual, expected, atol=1e-5):
-    torch.testing.assert_close(torch.as_tensor(actual).float(), torch.as_tensor(expected).float(), atol=atol, rtol=0)
+    torch.testing.assert_close(
+        torch.as_tensor(actual).float(), torch.as_tensor(expected).float(), atol=atol, rtol=0
+    )
 
 
 # ------------------------------------------------------------------------------------ module contract
@@ -43,17 +45,35 @@ def test_imports_torch_and_numpy_only():
 
 def test_every_issue_name_is_registered():
     assert set(ca.ADV_ESTIMATOR_REGISTRY) == {
-        "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "gpg", "opo",
-        "grpo_passk"}
+        "gae",
+        "grpo",
+        "rloo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "gpg",
+        "opo",
+        "grpo_passk",
+    }
     assert set(ca.POLICY_LOSS_REGISTRY) == {
-        "vanilla", "gspo", "sapo", "cispo", "gpg", "clip_cov", "kl_cov", "geo_mean"}
+        "vanilla",
+        "gspo",
+        "sapo",
+        "cispo",
+        "gpg",
+        "clip_cov",
+        "kl_cov",
+        "geo_mean",
+    }
     assert ca.get_adv_estimator_fn(ca.AdvantageEstimator.GRPO) is ca.compute_grpo_outcome_advantage
     assert ca.get_adv_estimator_fn("grpo") is ca.compute_grpo_outcome_advantage
     assert ca.get_policy_loss_fn("vanilla") is ca.compute_policy_loss_vanilla
 
 
 def test_unknown_names_list_the_registered_ones():
-    with pytest.raises(ValueError, match=r"Unknown advantage estimator: 'gdpo'.*'grpo'.*algorithm.adv_estimator"):
+    with pytest.raises(
+        ValueError, match=r"Unknown advantage estimator: 'gdpo'.*'grpo'.*algorithm.adv_estimator"
+    ):
         ca.get_adv_estimator_fn("gdpo")
     with pytest.raises(ValueError, match=r"Unsupported loss mode: 'dro'.*'vanilla'.*policy_loss.loss_mode"):
         ca.get_policy_loss_fn("dro")
@@ -103,7 +123,9 @@ def test_entropy_from_logits():
 # Rows: 0-2 group "a" (scores 1, 0, 0), 3 group "b" alone (0.7), 4-5 group "c" (0.5, 0.5: all equal).
 # Row 0 has a masked token in the middle (t=1).
 
-MASK = T([[1, 0, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.float32)
+MASK = T(
+    [[1, 0, 1, 1], [1, 1, 0, 0], [1, 1, 1, 0], [1, 1, 1, 1], [1, 1, 0, 0], [1, 0, 0, 0]], dtype=torch.float32
+)
 SCORES = [1.0, 0.0, 0.0, 0.7, 0.5, 0.5]
 UID = np.array(["a", "a", "a", "b", "c", "c"], dtype=object)
 
@@ -123,7 +145,14 @@ def per_row(values):
 def test_grpo_hand_computed():
     s = math.sqrt(1 / 3)  # unbiased std of (1, 0, 0): sqrt(((2/3)^2 + 2 (1/3)^2) / 2)
     adv, ret = ca.compute_grpo_outcome_advantage(outcome_rewards(), MASK, UID)
-    expected = [(2 / 3) / s, (-1 / 3) / s, (-1 / 3) / s, 0.7 / (1 + 1e-6), 0.0, 0.0]  # group of one: mu 0, sigma 1
+    expected = [
+        (2 / 3) / s,
+        (-1 / 3) / s,
+        (-1 / 3) / s,
+        0.7 / (1 + 1e-6),
+        0.0,
+        0.0,
+    ]  # group of one: mu 0, sigma 1
     close(adv, per_row(expected))
     assert adv[0, 1] == 0  # the masked middle token gets no advantage
     assert ret is adv
@@ -135,7 +164,9 @@ def test_grpo_sums_token_rewards_and_checks_index():
     r = torch.zeros(2, 3)
     r[0] = T([0.5, 0.0, 0.5])  # score 1 spread over two tokens
     adv, _ = ca.compute_grpo_outcome_advantage(r, torch.ones(2, 3), np.array([0, 0]))
-    close(adv[:, 0], [0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)], atol=1e-5)  # (1, 0): mu .5, sigma sqrt(.5)
+    close(
+        adv[:, 0], [0.5 / math.sqrt(0.5), -0.5 / math.sqrt(0.5)], atol=1e-5
+    )  # (1, 0): mu .5, sigma sqrt(.5)
     with pytest.raises(ValueError, match="index .* has 1 entries but the batch has 2"):
         ca.compute_grpo_outcome_advantage(r, torch.ones(2, 3), np.array(["a"]))
 
@@ -189,7 +220,8 @@ def test_grpo_passk_hand_computed():
 def test_gae_hand_computed_with_masked_middle_token():
     r, v, m = T([[0.0, 0.0, 1.0]]), T([[0.5, 9.0, 0.8]]), T([[1.0, 0.0, 1.0]])
     adv, ret = ca.compute_gae_advantage_return(r, v, m, gamma=0.9, lam=0.8)
-    # t=2: delta = 1 - 0.8 = 0.2 -> A2 = 0.2;  t=1 masked: carries A = 0.2 and V_next = 0.8 (its 9.0 is ignored)
+    # t=2: delta = 1 - 0.8 = 0.2 -> A2 = 0.2
+    # t=1 masked: carries A = 0.2 and V_next = 0.8 (its own value 9.0 is ignored)
     # t=0: delta = 0 + 0.9 * 0.8 - 0.5 = 0.22 -> A0 = 0.22 + 0.9 * 0.8 * 0.2 = 0.364
     close(ret, [[0.364 + 0.5, 0.2 + 9.0, 0.2 + 0.8]])  # returns use the raw advantages
     std = math.sqrt(2 * 0.082**2 + 1e-8)  # whitening over the unmasked 0.364 and 0.2 (mean 0.282)
@@ -223,16 +255,22 @@ def test_remax_hand_computed():
 
 # ------------------------------------------------------------------------------------ agg_loss
 
-LOSS, LMASK = T([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]), T([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+LOSS, LMASK = (
+    T([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0], [7.0, 8.0, 9.0]]),
+    T([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]]),
+)
 
 
-@pytest.mark.parametrize("mode,expected", [
-    ("token-mean", 7 / 3),  # (1 + 2 + 4) / 3 tokens
-    ("token-sum", 7.0),
-    ("seq-mean-token-sum", 3.5),  # (3 + 4) / 2 responses; the fully masked row does not count
-    ("seq-mean-token-mean", 2.75),  # (1.5 + 4) / 2
-    ("seq-mean-token-sum-norm", 3.5 / 3),  # / T
-])
+@pytest.mark.parametrize(
+    "mode,expected",
+    [
+        ("token-mean", 7 / 3),  # (1 + 2 + 4) / 3 tokens
+        ("token-sum", 7.0),
+        ("seq-mean-token-sum", 3.5),  # (3 + 4) / 2 responses; the fully masked row does not count
+        ("seq-mean-token-mean", 2.75),  # (1.5 + 4) / 2
+        ("seq-mean-token-sum-norm", 3.5 / 3),  # / T
+    ],
+)
 def test_agg_loss_modes(mode, expected):
     close(ca.agg_loss(LOSS, LMASK, mode), expected)
 
@@ -272,15 +310,22 @@ def vanilla_case():
     return old, log_prob.requires_grad_(), adv, mask
 
 
-@pytest.mark.parametrize("config", [
-    _Actor(), NS(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None),
-    {"clip_ratio": 0.2}, OmegaConf.create({"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0}),
-], ids=["dataclass", "namespace", "dict", "dictconfig"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        _Actor(),
+        NS(clip_ratio=0.2, clip_ratio_low=None, clip_ratio_high=None),
+        {"clip_ratio": 0.2},
+        OmegaConf.create({"clip_ratio_low": 0.2, "clip_ratio_high": 0.2, "clip_ratio_c": 3.0}),
+    ],
+    ids=["dataclass", "namespace", "dict", "dictconfig"],
+)
 def test_vanilla_dual_clip_hand_computed(config):
     old, lp, adv, mask = vanilla_case()
     loss, metrics = ca.compute_policy_loss_vanilla(old, lp, adv, mask, "token-mean", config)
     # per token: A=+1,rho=1.5 -> max(-1.5, -1.2) = -1.2 (clipped) | A=+1,rho=.5 -> max(-.5,-.8) = -.5
-    # A=-1,rho=1.5 -> 1.5 | A=-1,rho=5 -> max(5, 1.2) = 5, dual-clipped to 3 | A=-1,rho=.5 -> max(.5,.8) = .8 (clipped)
+    # A=-1,rho=1.5 -> 1.5 | A=-1,rho=5 -> max(5, 1.2) = 5, dual-clipped to 3
+    # A=-1,rho=.5 -> max(.5, .8) = .8 (clipped)
     close(loss, (-1.2 - 0.5 + 1.5 + 3.0 + 0.8) / 5)
     assert metrics["actor/pg_clipfrac"] == pytest.approx(2 / 5)
     assert metrics["actor/pg_clipfrac_lower"] == pytest.approx(1 / 5)
@@ -295,8 +340,9 @@ def test_vanilla_asymmetric_clip_weights_and_global_info():
     cfg = _Actor(clip_ratio_high=0.28, global_batch_info={"dp_size": 2, "batch_num_tokens": 10})
     loss, _ = ca.compute_policy_loss_vanilla(old, lp, adv, mask, "token-mean", cfg)
     close(loss, (-1.28 - 0.5 + 1.5 + 3.0 + 0.8) / 10 * 2)  # clip-higher; global token count, times dp_size
-    loss_w, _ = ca.compute_policy_loss_vanilla(old, lp, adv, mask, "token-mean", _Actor(),
-                                               rollout_is_weights=torch.full((1, 6), 2.0))
+    loss_w, _ = ca.compute_policy_loss_vanilla(
+        old, lp, adv, mask, "token-mean", _Actor(), rollout_is_weights=torch.full((1, 6), 2.0)
+    )
     close(loss_w, 2 * (-1.2 - 0.5 + 1.5 + 3.0 + 0.8) / 5)
 
 
@@ -326,8 +372,9 @@ def test_gspo_sequence_ratio_straight_through():
 
 def test_sapo_gate_hand_computed():
     lp = torch.zeros(1, 2, requires_grad=True)
-    loss, m = ca.compute_policy_loss_sapo(torch.zeros(1, 2), lp, T([[1.0, -1.0]]), torch.ones(1, 2),
-                                          config=NS(tau_pos=1.0, tau_neg=1.05))
+    loss, m = ca.compute_policy_loss_sapo(
+        torch.zeros(1, 2), lp, T([[1.0, -1.0]]), torch.ones(1, 2), config=NS(tau_pos=1.0, tau_neg=1.05)
+    )
     # rho = 1: gate = sigmoid(0) * 4 / tau = 2 / tau  ->  (-2/1 + 2/1.05) / 2 tokens
     close(loss, (-2.0 + 2 / 1.05) / 2)
     loss.backward()  # slope of the gate at rho=1 is 1: the plain policy gradient -A, / 2 tokens
@@ -338,8 +385,9 @@ def test_sapo_gate_hand_computed():
 def test_cispo_keeps_gradient_of_clipped_tokens():
     old = T([[-1.0 - math.log(1.5)]])
     lp = T([[-1.0]]).requires_grad_()  # rho = 1.5
-    loss, m = ca.compute_policy_loss_cispo(old, lp, T([[1.0]]), T([[1.0]]),
-                                           config=NS(clip_ratio_low=0.2, clip_ratio_high=0.28))
+    loss, m = ca.compute_policy_loss_cispo(
+        old, lp, T([[1.0]]), T([[1.0]]), config=NS(clip_ratio_low=0.2, clip_ratio_high=0.28)
+    )
     close(loss, -1.28 * 1.0 * -1.0)  # -sg[clip(1.5)] * A * log pi
     loss.backward()
     close(lp.grad, [[-1.28]])  # not zero, unlike PPO's clipped token
@@ -348,8 +396,9 @@ def test_cispo_keeps_gradient_of_clipped_tokens():
 
 def test_gpg_loss_is_reinforce():
     lp = T([[-0.5, -1.0, 7.0]]).requires_grad_()
-    loss, m = ca.compute_policy_loss_gpg(torch.zeros(1, 3), lp, T([[2.0, 1.0, 1.0]]), T([[1.0, 1.0, 0.0]]),
-                                         config=NS())
+    loss, m = ca.compute_policy_loss_gpg(
+        torch.zeros(1, 3), lp, T([[2.0, 1.0, 1.0]]), T([[1.0, 1.0, 0.0]]), config=NS()
+    )
     close(loss, (1.0 + 1.0) / 2)  # -A log pi: 2 * .5 and 1 * 1
     loss.backward()
     close(lp.grad, [[-1.0, -0.5, 0.0]])
@@ -387,10 +436,14 @@ def test_kl_cov_hand_computed():
 def test_geo_mean_hand_computed():
     cfg = NS(clip_ratio=0.2)
     old, mask = torch.zeros(1, 3), T([[1.0, 1.0, 0.0]])
-    loss, m = ca.compute_policy_loss_geo_mean(old, T([[0.1, 0.5, 9.0]]), T([[1.0, 1.0, 1.0]]), mask, config=cfg)
+    loss, m = ca.compute_policy_loss_geo_mean(
+        old, T([[0.1, 0.5, 9.0]]), T([[1.0, 1.0, 1.0]]), mask, config=cfg
+    )
     close(loss, -math.exp((0.1 + 0.2) / 2))  # A > 0: log-ratio 0.5 clipped to 0.2; mean 0.15
     assert (m["actor/pg_clipfrac"], m["actor/pg_clipfrac_lower"]) == (0.5, 0.0)
-    loss, m = ca.compute_policy_loss_geo_mean(old, T([[-0.1, -0.5, 9.0]]), -torch.ones(1, 3), mask, config=cfg)
+    loss, m = ca.compute_policy_loss_geo_mean(
+        old, T([[-0.1, -0.5, 9.0]]), -torch.ones(1, 3), mask, config=cfg
+    )
     close(loss, math.exp(-0.15))  # A < 0: -0.5 clipped to -0.2
     assert (m["actor/pg_clipfrac"], m["actor/pg_clipfrac_lower"]) == (0.0, 0.5)
 
@@ -402,14 +455,24 @@ def test_policy_loss_contract(name):
     old = -torch.rand(4, 5, generator=g)
     lp = (old + 0.1 * torch.randn(4, 5, generator=g)).requires_grad_()
     adv, mask = torch.randn(4, 5, generator=g), (torch.rand(4, 5, generator=g) > 0.2).float()
-    cfg = NS(clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, tau_pos=1.0,
-             tau_neg=1.05, policy_loss=NS(), global_batch_info={})
+    cfg = NS(
+        clip_ratio=0.2,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        clip_ratio_c=3.0,
+        tau_pos=1.0,
+        tau_neg=1.05,
+        policy_loss=NS(),
+        global_batch_info={},
+    )
     loss, metrics = ca.get_policy_loss_fn(name)(old, lp, adv, mask, "token-mean", cfg)
     assert loss.dim() == 0 and torch.isfinite(loss)
     loss.backward()
     assert lp.grad is not None and torch.isfinite(lp.grad).all()
     expected = {"gpg": set(), "kl_cov": {"actor/ppo_kl"}, "clip_cov": {"actor/pg_clipfrac", "actor/ppo_kl"}}
-    assert set(metrics) == expected.get(name, {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"})
+    assert set(metrics) == expected.get(
+        name, {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
+    )
     assert all(isinstance(v, float) for v in metrics.values())
 
 
@@ -440,10 +503,17 @@ def test_kl_penalty_values():
         ca.kl_penalty(lp, ref, "full")
 
 
-@pytest.mark.parametrize("name,grad", [
-    ("k1", [1.0, 1.0]), ("k3", [1 - math.exp(-0.5), 1 - math.exp(0.5)]),  # d/dx of x and of e^{-x} + x - 1
-    ("k1+", [0.5, -0.5]), ("k3+", [0.5, -0.5]), ("abs+", [0.5, -0.5]), ("k2+", [0.5, -0.5]),  # k2's: x
-])
+@pytest.mark.parametrize(
+    "name,grad",
+    [
+        ("k1", [1.0, 1.0]),
+        ("k3", [1 - math.exp(-0.5), 1 - math.exp(0.5)]),  # d/dx of x and of e^{-x} + x - 1
+        ("k1+", [0.5, -0.5]),
+        ("k3+", [0.5, -0.5]),
+        ("abs+", [0.5, -0.5]),
+        ("k2+", [0.5, -0.5]),  # k2's: x
+    ],
+)
 def test_kl_penalty_straight_through_gradient(name, grad):
     lp = T([0.5, -0.5]).requires_grad_()
     ca.kl_penalty(lp, torch.zeros(2), name).sum().backward()

@@ -40,17 +40,30 @@ Masked means are written $\operatorname{mean}_m(x)=\sum_{i,t} m_{i,t}x_{i,t}\,/\
 
 ## What is left out (verl has it)
 
-- Estimators: `grpo_vectorized` / `rloo_vectorized` (the same numbers as `grpo` / `rloo` computed
-  with scatter ops; note `rloo_vectorized` gives a group of one advantage 0 where `rloo` keeps the
-  raw score), `gdpo` (per-reward-component GRPO), `optimal_token_baseline` and
-  `tir_optimal_token_baseline` (need `sum_pi_squared` from the actor).
-- Policy losses: `dppo_tv`, `dppo_kl`, `dro`, `bypass_mode` and `compute_policy_loss_reinforce`
-  (rollout-correction paths), and the deprecated `compute_policy_loss`. The `rollout_is_weights`
-  argument is kept and applied (it multiplies the per-token loss), but nothing here computes it.
-- `compute_pf_ppo_reweight_data` (resamples a DataProto; it belongs to the trainer).
+- Estimators: `grpo_vectorized` and `rloo_vectorized` (the numbers of `grpo` / `rloo` computed with
+  scatter ops: `compute_grpo_vectorized_outcome_advantage`, `verl/trainer/ppo/core_algos.py:335`;
+  `compute_rloo_vectorized_outcome_advantage`, `verl/trainer/ppo/core_algos.py:834`, which gives a
+  group of one advantage 0 where `rloo` keeps the raw score); `gdpo`, GRPO per reward component
+  (`compute_gdpo_outcome_advantage`, `verl/trainer/ppo/core_algos.py:362`); `optimal_token_baseline`
+  and `tir_optimal_token_baseline`, which need `sum_pi_squared` from the actor
+  (`compute_optimal_token_baseline_advantage`, `verl/trainer/ppo/core_algos.py:872`;
+  `compute_multi_turn_optimal_token_baseline_advantage`, `verl/trainer/ppo/core_algos.py:991`).
+- Policy losses: DPPO (`compute_policy_loss_dppo_tv`, `verl/trainer/ppo/core_algos.py:1380`;
+  `compute_policy_loss_dppo_kl`, `verl/trainer/ppo/core_algos.py:1461`), DRO
+  (`compute_policy_loss_dro`, `verl/trainer/ppo/core_algos.py:2014`), and the rollout-correction
+  paths (`compute_policy_loss_bypass_mode`, `verl/trainer/ppo/core_algos.py:2413`;
+  `compute_policy_loss_reinforce`, `verl/trainer/ppo/core_algos.py:2332`), plus the deprecated
+  `compute_policy_loss` (`verl/trainer/ppo/core_algos.py:1210`). The `rollout_is_weights` argument
+  is kept and applied (it multiplies the per-token loss), but nothing here computes those weights.
+- `compute_pf_ppo_reweight_data` (`verl/trainer/ppo/core_algos.py:2253`): it resamples a whole
+  DataProto, which is the trainer's business.
 
-Simplifications: bad inputs raise `ValueError` with a message saying what to change, where verl
-uses `assert`; unknown registry names list the registered ones.
+Simplifications: the policy losses read their settings from `config` by attribute or key, so
+verl's `ActorConfig`, minirl's config dataclasses, an OmegaConf `DictConfig`, a `SimpleNamespace`
+or a dict all work (verl asserts an `ActorConfig` for gspo, sapo and cispo); a key that is missing
+or None takes the value verl falls back to, and each docstring lists the keys it reads. Bad inputs
+raise `ValueError` with a message saying what to change, where verl uses `assert`; unknown registry
+names list the registered ones.
 """
 
 from __future__ import annotations
@@ -110,7 +123,9 @@ __all__ = [
 # ---------------------------------------------------------------------------------------------------------
 
 
-def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, ...] | None = None) -> torch.Tensor:
+def masked_sum(
+    values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, ...] | None = None
+) -> torch.Tensor:
     r"""Sum of `values` where `mask` is non-zero: $\sum m\,x$.
 
     Entries outside the mask are replaced by 0 before multiplying, so a NaN or inf in padding cannot
@@ -121,7 +136,9 @@ def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, 
     return (kept * mask).sum(axis=axis)
 
 
-def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, ...] | None = None) -> torch.Tensor:
+def masked_mean(
+    values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, ...] | None = None
+) -> torch.Tensor:
     r"""Mean over the unmasked entries: $\operatorname{mean}_m(x)=\dfrac{\sum m\,x}{\sum m + 10^{-8}}$.
 
     The $10^{-8}$ makes an all-masked input give 0 instead of NaN. Mirrors `masked_mean`
@@ -154,7 +171,9 @@ def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) 
 
 
 def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    r"""Normalise with the masked mean and variance: $\dfrac{x-\operatorname{mean}_m(x)}{\sqrt{\operatorname{var}_m(x)+10^{-8}}}$.
+    r"""Normalise with the masked mean and variance.
+
+    $$\operatorname{whiten}_m(x)=\frac{x-\operatorname{mean}_m(x)}{\sqrt{\operatorname{var}_m(x)+10^{-8}}}$$
 
     Statistics come from the unmasked entries only, but every entry is transformed (masked ones too:
     callers multiply by the mask afterwards where they need zeros). With `shift_mean=False` the mean
@@ -209,7 +228,8 @@ def _require_config(config: Any, fn_name: str, keys: str) -> None:
 # ---------------------------------------------------------------------------------------------------------
 
 PolicyLossFn = Callable[..., tuple[torch.Tensor, dict[str, Any]]]
-"""`(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights) -> (loss, metrics)`."""
+"""`(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights)`
+-> `(loss, metrics)`."""
 
 POLICY_LOSS_REGISTRY: dict[str, PolicyLossFn] = {}
 """`actor.policy_loss.loss_mode` -> policy-loss function."""
@@ -230,7 +250,10 @@ def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
 
 
 def get_policy_loss_fn(name: str) -> PolicyLossFn:
-    """The policy loss registered as `name`. Mirrors `get_policy_loss_fn` (`verl/trainer/ppo/core_algos.py:70`)."""
+    """The policy loss registered as `name`.
+
+    Mirrors `get_policy_loss_fn` (`verl/trainer/ppo/core_algos.py:70`).
+    """
     if name not in POLICY_LOSS_REGISTRY:
         raise ValueError(
             f"Unsupported loss mode: {name!r}. Registered policy losses: {sorted(POLICY_LOSS_REGISTRY)}. "
@@ -277,8 +300,9 @@ def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable:
         name = _name(name_or_enum)
         if ADV_ESTIMATOR_REGISTRY.get(name, fn) is not fn:
             raise ValueError(
-                f"Advantage estimator {name!r} is already registered ({ADV_ESTIMATOR_REGISTRY[name].__name__}); "
-                f"cannot register {fn.__name__} under the same name. Fix: pick another name."
+                f"Advantage estimator {name!r} is already registered "
+                f"({ADV_ESTIMATOR_REGISTRY[name].__name__}); cannot register {fn.__name__} under the same "
+                "name. Fix: pick another name."
             )
         ADV_ESTIMATOR_REGISTRY[name] = fn
         return fn
@@ -287,11 +311,15 @@ def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable:
 
 
 def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable:
-    """The estimator registered as `name_or_enum`. Mirrors `get_adv_estimator_fn` (`verl/trainer/ppo/core_algos.py:137`)."""
+    """The estimator registered as `name_or_enum` (a string or an `AdvantageEstimator`).
+
+    Mirrors `get_adv_estimator_fn` (`verl/trainer/ppo/core_algos.py:137`).
+    """
     name = _name(name_or_enum)
     if name not in ADV_ESTIMATOR_REGISTRY:
         raise ValueError(
-            f"Unknown advantage estimator: {name!r}. Registered estimators: {sorted(ADV_ESTIMATOR_REGISTRY)}. "
+            f"Unknown advantage estimator: {name!r}. "
+            f"Registered estimators: {sorted(ADV_ESTIMATOR_REGISTRY)}. "
             f"Fix: set algorithm.adv_estimator to one of them, or register a function with "
             f"@register_adv_est({name!r})."
         )
@@ -327,7 +355,10 @@ class AdaptiveKLController:
 
 
 class FixedKLController:
-    """A constant KL coefficient $\\beta$ (`update` does nothing). Mirrors `FixedKLController` (`verl/trainer/ppo/core_algos.py:177`)."""
+    """A constant KL coefficient $\\beta$ (`update` does nothing).
+
+    Mirrors `FixedKLController` (`verl/trainer/ppo/core_algos.py:177`).
+    """
 
     def __init__(self, kl_coef: float):
         self.value = kl_coef
@@ -337,7 +368,8 @@ class FixedKLController:
 
 
 def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
-    """Build the controller described by `algorithm.kl_ctrl` (reads `type`, `kl_coef`, `target_kl`, `horizon`).
+    """Build the controller that `algorithm.kl_ctrl` describes (reads `type`, `kl_coef`, `target_kl`,
+    `horizon`).
 
     Mirrors `get_kl_controller` (`verl/trainer/ppo/core_algos.py:193`).
     """
@@ -347,7 +379,9 @@ def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
     if kind == "adaptive":
         horizon = _cfg(kl_ctrl, "horizon")
         if not horizon or horizon <= 0:
-            raise ValueError(f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller, got {horizon}.")
+            raise ValueError(
+                f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller, got {horizon}."
+            )
         return AdaptiveKLController(_cfg(kl_ctrl, "kl_coef"), _cfg(kl_ctrl, "target_kl"), horizon)
     raise ValueError(f"algorithm.kl_ctrl.type={kind!r} is not supported. Fix: use 'fixed' or 'adaptive'.")
 
@@ -367,7 +401,7 @@ def compute_rewards(token_level_scores, old_log_prob, ref_log_prob, kl_ratio):
 # ---------------------------------------------------------------------------------------------------------
 
 
-def _groups(index: Any, bsz: int) -> list[torch.Tensor]:
+def _groups(index: Any, bsz: int, device: torch.device | None = None) -> list[torch.Tensor]:
     """Row indices of each group (same `uid`), groups in order of first appearance."""
     if len(index) != bsz:
         raise ValueError(
@@ -377,7 +411,7 @@ def _groups(index: Any, bsz: int) -> list[torch.Tensor]:
     rows: dict[Any, list[int]] = {}
     for i, uid in enumerate(index):
         rows.setdefault(uid.item() if isinstance(uid, torch.Tensor) else uid, []).append(i)
-    return [torch.tensor(r, dtype=torch.long) for r in rows.values()]
+    return [torch.tensor(r, dtype=torch.long, device=device) for r in rows.values()]
 
 
 @register_adv_est(AdvantageEstimator.GAE)
@@ -446,7 +480,7 @@ def compute_grpo_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = torch.empty_like(scores)
-        for rows in _groups(index, scores.shape[0]):
+        for rows in _groups(index, scores.shape[0], scores.device):
             group = scores[rows]
             mean, std = (group.mean(), group.std()) if len(rows) > 1 else (0.0, 1.0)
             adv[rows] = (group - mean) / (std + epsilon) if norm_adv_by_std_in_grpo else group - mean
@@ -485,7 +519,7 @@ def compute_grpo_passk_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = torch.zeros_like(scores)
-        for rows in _groups(index, scores.shape[0]):
+        for rows in _groups(index, scores.shape[0], scores.device):
             if len(rows) < 2:
                 raise ValueError(
                     f"grpo_passk needs at least 2 responses per prompt, got a group of {len(rows)} "
@@ -519,7 +553,7 @@ def compute_reinforce_plus_plus_baseline_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         centred = scores.clone()
-        for rows in _groups(index, scores.shape[0]):
+        for rows in _groups(index, scores.shape[0], scores.device):
             if len(rows) > 1:
                 centred[rows] = scores[rows] - scores[rows].mean()
         adv = centred.unsqueeze(-1).expand_as(token_level_rewards) * response_mask
@@ -548,7 +582,7 @@ def compute_rloo_outcome_advantage(
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = scores.clone()
-        for rows in _groups(index, scores.shape[0]):
+        for rows in _groups(index, scores.shape[0], scores.device):
             n = len(rows)
             if n > 1:
                 # written as verl orders it, n R_i/(n-1) - n mu/(n-1), so float rounding matches too
@@ -578,7 +612,7 @@ def compute_opo_outcome_advantage(
         lengths = response_mask.sum(dim=-1)
         scores = token_level_rewards.sum(dim=-1)
         adv = scores.clone()
-        for rows in _groups(index, scores.shape[0]):
+        for rows in _groups(index, scores.shape[0], scores.device):
             if len(rows) > 1:
                 baseline = (lengths[rows] * scores[rows]).sum() / lengths[rows].sum()
                 adv[rows] = scores[rows] - baseline
@@ -666,7 +700,7 @@ def compute_gpg_outcome_advantage(
         scores = token_level_rewards.sum(dim=-1)
         alpha = scores.shape[0] / torch.count_nonzero(scores).clamp(min=1)
         centred = scores.clone()
-        for rows in _groups(index, scores.shape[0]):
+        for rows in _groups(index, scores.shape[0], scores.device):
             if len(rows) > 1:
                 centred[rows] = scores[rows] - scores[rows].mean()
         adv = (alpha * centred / f_norm).unsqueeze(-1) * response_mask
@@ -677,7 +711,13 @@ def compute_gpg_outcome_advantage(
 # Loss aggregation: (bs, T) per-token losses -> one scalar.
 # ---------------------------------------------------------------------------------------------------------
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_MODES = (
+    "token-mean",
+    "token-sum",
+    "seq-mean-token-sum",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+)
 
 
 def agg_loss(
@@ -748,13 +788,13 @@ def _need_global(dp_size: int, key: str, mode: str) -> None:
 
 
 def _clip_range(config: Any) -> tuple[float, float]:
-    """$(\\varepsilon_{low}, \\varepsilon_{high})$: clip_ratio_low / clip_ratio_high, each falling back to clip_ratio."""
+    """$(\\varepsilon_{low}, \\varepsilon_{high})$: clip_ratio_low / clip_ratio_high, else clip_ratio."""
     clip_ratio = _cfg(config, "clip_ratio", 0.2)
     return _cfg(config, "clip_ratio_low", clip_ratio), _cfg(config, "clip_ratio_high", clip_ratio)
 
 
 def _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights):
-    """Apply rollout IS weights if given, then `agg_loss` with the global counts in `config.global_batch_info`."""
+    """Apply rollout IS weights if given, then `agg_loss` with the counts in `config.global_batch_info`."""
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
     batch_info = _cfg(config, "global_batch_info", {})
@@ -763,7 +803,11 @@ def _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights):
 
 def _metrics(pg_clipfrac=None, ppo_kl=None, pg_clipfrac_lower=None) -> dict[str, float]:
     """The diagnostics verl logs, as Python floats under verl's keys (only those given)."""
-    values = {"actor/pg_clipfrac": pg_clipfrac, "actor/ppo_kl": ppo_kl, "actor/pg_clipfrac_lower": pg_clipfrac_lower}
+    values = {
+        "actor/pg_clipfrac": pg_clipfrac,
+        "actor/ppo_kl": ppo_kl,
+        "actor/pg_clipfrac_lower": pg_clipfrac_lower,
+    }
     return {k: float(torch.as_tensor(v).detach().item()) for k, v in values.items() if v is not None}
 
 
@@ -801,7 +845,9 @@ def compute_policy_loss_vanilla(
     clip_low, clip_high = _clip_range(config)
     clip_c = _cfg(config, "clip_ratio_c", 3.0)
     if clip_c <= 1.0:
-        raise ValueError(f"clip_ratio_c is the dual-clip bound and must be > 1.0, got {clip_c}. Fix: use e.g. 3.0.")
+        raise ValueError(
+            f"clip_ratio_c is the dual-clip bound and must be > 1.0, got {clip_c}. Fix: use e.g. 3.0."
+        )
 
     log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(log_ratio)
@@ -924,7 +970,9 @@ def compute_policy_loss_gpg(
     config: Any | None = None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
-    r"""GPG (arXiv:2504.02546): plain REINFORCE, no ratio and no clip: $\ell_{i,t}=-A_{i,t}\log\pi_\theta(y_{i,t})$.
+    r"""GPG (arXiv:2504.02546): plain REINFORCE, no ratio and no clip.
+
+    $$\ell_{i,t}=-A_{i,t}\log\pi_\theta(y_{i,t})$$
 
     Its gradient is the textbook policy gradient $-A\nabla\log\pi_\theta$. `old_log_prob` is unused;
     returns no metrics (`{}`), as verl. Reads `global_batch_info` from `config` (required, as verl).
@@ -994,7 +1042,9 @@ def compute_policy_loss_clip_cov(
 
     pg_losses = torch.maximum(loss_unclipped, loss_clipped) * keep
     pg_loss = _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
-    return pg_loss, _metrics(masked_mean((keep == 0).float(), response_mask), masked_mean(-log_ratio, response_mask))
+    return pg_loss, _metrics(
+        masked_mean((keep == 0).float(), response_mask), masked_mean(-log_ratio, response_mask)
+    )
 
 
 @register_policy_loss("kl_cov")
@@ -1144,7 +1194,9 @@ def compute_entropy_loss(logits, response_mask, loss_agg_mode: str = "token-mean
     `logits` `(bs, T, vocab)`. The actor subtracts `entropy_coeff` times this (a bonus for keeping the
     policy spread out). Mirrors `compute_entropy_loss` (`verl/trainer/ppo/core_algos.py:2107`).
     """
-    return agg_loss(loss_mat=entropy_from_logits(logits), loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
+    return agg_loss(
+        loss_mat=entropy_from_logits(logits), loss_mask=response_mask, loss_agg_mode=loss_agg_mode
+    )
 
 
 def compute_value_loss(
@@ -1215,7 +1267,9 @@ def kl_penalty(logprob: torch.FloatTensor, ref_logprob: torch.FloatTensor, kl_pe
     return k2 - k2.detach() + value.detach()
 
 
-def kl_penalty_forward(logprob: torch.FloatTensor, ref_logprob: torch.FloatTensor, kl_penalty) -> torch.FloatTensor:
+def kl_penalty_forward(
+    logprob: torch.FloatTensor, ref_logprob: torch.FloatTensor, kl_penalty
+) -> torch.FloatTensor:
     r"""The KL estimators of one sampled token, with $x=\log\pi_\theta-\log\pi_{\text{ref}}$:
 
     $$k_1=x\ (\texttt{kl}),\qquad \lvert x\rvert\ (\texttt{abs}),\qquad k_2=\tfrac12x^2\ (\texttt{mse}),\qquad
@@ -1237,7 +1291,9 @@ def kl_penalty_forward(logprob: torch.FloatTensor, ref_logprob: torch.FloatTenso
         k3 = (torch.exp(neg) - neg - 1).contiguous()
         return torch.clamp(k3, min=-10, max=10)
     if kl_penalty == "full":
-        raise NotImplementedError("kl_penalty='full' (exact KL over the vocabulary) is not implemented, as in verl.")
+        raise NotImplementedError(
+            "kl_penalty='full' (exact KL over the vocabulary) is not implemented, as in verl."
+        )
     raise ValueError(
         f"Unknown kl_penalty {kl_penalty!r}. Fix: use one of {list(KL_PENALTY_TYPES)}, optionally with a '+' "
         "suffix (k2 gradient, straight-through)."

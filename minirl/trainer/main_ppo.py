@@ -28,11 +28,14 @@ class TaskRunner:
         from minirl.trainer.ppo import get_trainer_cls
         from minirl.workers.reward import load_reward_manager
 
+        import transformers
+
+        transformers.utils.logging.disable_progress_bar()  # one bar per weight load is noise in a notebook
+        transformers.utils.logging.set_verbosity_error()  # the critic's new value head is expected
         torch.manual_seed(int(config.trainer.seed))
         model = config.actor_rollout_ref.model
         model.path = resolve_model_path(model.path)
-        if config.critic.model.path == "minirl://tiny-qwen2" or str(config.critic.model.path).startswith("minirl://"):
-            config.critic.model.path = resolve_model_path(config.critic.model.path)
+        config.critic.model.path = resolve_model_path(config.critic.model.path)
         tokenizer = load_tokenizer(model.tokenizer_path or model.path)
         hf_config = load_model_config(model.path)
         check_model_length(config, getattr(hf_config, "max_position_embeddings", 10**9))

@@ -31,9 +31,13 @@ COMPARED: dict[str, int] = {}
 def _assert_same(ours, theirs, where: str) -> None:
     if isinstance(theirs, torch.Tensor) or isinstance(ours, torch.Tensor):
         ours_t, theirs_t = torch.as_tensor(ours).detach().double(), torch.as_tensor(theirs).detach().double()
-        torch.testing.assert_close(ours_t, theirs_t, atol=ATOL, rtol=0, equal_nan=True, msg=lambda m: f"{where}: {m}")
+        torch.testing.assert_close(
+            ours_t, theirs_t, atol=ATOL, rtol=0, equal_nan=True, msg=lambda m: f"{where}: {m}"
+        )
     elif isinstance(theirs, dict):
-        assert set(ours) == set(theirs), f"{where}: keys differ: minirl {sorted(ours)} vs verl {sorted(theirs)}"
+        assert set(ours) == set(theirs), (
+            f"{where}: keys differ: minirl {sorted(ours)} vs verl {sorted(theirs)}"
+        )
         for key in theirs:
             _assert_same(ours[key], theirs[key], f"{where}[{key!r}]")
     elif isinstance(theirs, (tuple, list)):
@@ -62,7 +66,9 @@ def make_batch(seed: int, bs: int = 8, T: int = 7, outcome: bool = False, empty_
     mask[1, lengths[1] // 2] = 0.0
     if empty_row:
         mask[-1] = 0.0
-    uid = np.array(["a", "a", "a", "b", "b", "c", "d", "d"][:bs] + [f"x{i}" for i in range(bs - 8)], dtype=object)
+    uid = np.array(
+        ["a", "a", "a", "b", "b", "c", "d", "d"][:bs] + [f"x{i}" for i in range(bs - 8)], dtype=object
+    )
     if outcome:  # one reward on the last token, 0/1 like a rule reward
         rewards = torch.zeros(bs, T)
         rewards[torch.arange(bs), lengths - 1] = torch.randint(0, 2, (bs,), generator=g).float()
@@ -115,4 +121,6 @@ def pytest_terminal_summary(terminalreporter):
             f"minirl.trainer.core_algos with verl {version}: {', '.join(sorted(COMPARED))}"
         )
     else:
-        terminalreporter.write_line("parity: compared 0 functions (verl is not installed here; run scripts/parity.sh)")
+        terminalreporter.write_line(
+            "parity: compared 0 functions (verl is not installed here; run scripts/parity.sh)"
+        )
