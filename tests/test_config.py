@@ -105,9 +105,9 @@ def test_all_problems_reported_at_once():
 
 def test_response_length_vs_model():
     cfg = load()
-    check_model_length(cfg, 128)
-    with pytest.raises(ConfigError, match=r"64 \+ 12 = 76 tokens exceeds the model's max_position_embeddings=70"):
-        check_model_length(cfg, 70)
+    check_model_length(cfg, 52)
+    with pytest.raises(ConfigError, match=r"40 \+ 12 = 52 tokens exceeds the model.s max_position_embeddings=50"):
+        check_model_length(cfg, 50)
 
 
 def test_critic_and_ref_switches():

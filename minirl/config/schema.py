@@ -50,7 +50,7 @@ class DataConfig:
     """Row column holding the chat messages of the prompt."""
     reward_fn_key: str = "data_source"
     """Row column that selects the score function."""
-    max_prompt_length: int = 64
+    max_prompt_length: int = 40
     """Prompts are left-padded to this many tokens; longer ones follow `truncation`."""
     max_response_length: int = 12
     """Most tokens the rollout may generate per response (`rollout.response_length`)."""
@@ -317,7 +317,7 @@ class RolloutConfig:
     """False: greedy."""
     seed: int = 42
     """Sampling seed."""
-    prompt_length: int = 64
+    prompt_length: int = 40
     """Copied from `data.max_prompt_length`."""
     response_length: int = 12
     """Copied from `data.max_response_length`."""
