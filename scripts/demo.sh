@@ -3,6 +3,6 @@
 # Extra arguments are config overrides, e.g.: bash scripts/demo.sh trainer.total_training_steps=20
 set -euo pipefail
 cd "$(dirname "$0")/.."
-EXTRAS=${EXTRAS:-dev} bash scripts/setup.sh
+EXTRAS=${EXTRAS:-dev,docs} bash scripts/setup.sh
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1} TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 exec .venv/bin/minirl demo "$@"

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${MINIRL_VENV:-.venv}
-EXTRAS=${EXTRAS:-dev}
+EXTRAS=${EXTRAS:-dev,docs}
 PY=${PYTHON:-python3}
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[setup] creating $VENV with $($PY --version)"
