@@ -6,7 +6,11 @@ hybrid engine; nccl/nixl/hccl for separate GPUs), then tags the replicas with `g
 `PPOTrainerSync.on_step_end` (`verl/trainer/ppo/v1/trainer_sync.py:35`) calls it after every actor update.
 
 minirl implements the naive backend: full tensors, by HF name, from the actor engine
-(`get_per_tensor_param`, which gathers FSDP shards) into the rollout's own model copy.
+(`get_per_tensor_param`, which gathers FSDP shards) into the rollout's own model copy. With several
+ranks every rank joins the gather (a collective) but only rank 0 returns the tensors; they travel to
+the controller, where the hf rollout lives (through Ray's object store when the workers are Ray
+actors), and are copied into the rollout model. verl instead streams buckets from the trainer ranks
+straight to rollout servers on other processes or GPUs.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ class CheckpointEngineManager:
         """Push the current actor weights; every replica's `policy_version` becomes `global_steps`."""
         t0 = time.perf_counter()
         per_rank = self.actor_rollout_wg.get_per_tensor_param()  # ONE_TO_ALL: every rank joins the gather
-        weights = per_rank[0]
+        weights = per_rank[0]  # rank 0's full tensors; the other ranks return []
         t1 = time.perf_counter()
         for replica in self.replicas:
             replica.update_weights(iter(weights), version=int(global_steps))

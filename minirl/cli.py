@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("action", choices=["explain", "show"])
     c.add_argument("overrides", nargs="*")
     c.set_defaults(fn=_config_cmd)
+    from minirl.anchors.cli import register_anchors_cli
+
+    register_anchors_cli(sub)
+    from minirl.trace.cli import register_trace_cli
+
+    register_trace_cli(sub)
     return p
 
 

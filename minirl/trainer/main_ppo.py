@@ -3,7 +3,10 @@
 verl: `main` (`verl/trainer/main_ppo.py:167`) composes the Hydra config, starts Ray and runs a
 `TaskRunnerV1` (`verl/trainer/main_ppo.py:103`) actor whose `run` (`:133`) builds the tokenizer,
 datasets, reward functions and the trainer, then calls `fit`. minirl's `TaskRunner` does the same
-steps in this process.
+steps in this process (the controller is the driver, not a Ray actor). Ray starts only when the
+trainer uses Ray worker groups (`trainer.worker_group`, see `minirl.trainer.ppo.trainer`): then
+`init_workers` calls `init_ray` with `ray_kwargs.ray_init` (a private local Ray, or the cluster at
+`ray_kwargs.ray_init.address`), and `trainer.close()` kills the workers and stops a Ray it started.
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ class TaskRunner:
         reward_fn = load_reward_manager(config, tokenizer)
         trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
         trainer = trainer_cls(config, tokenizer, train, val, collate_fn, reward_fn)
-        trainer.init_workers()
+        try:
+            trainer.init_workers()
+        except BaseException:
+            trainer.close()  # a failed start must not leave Ray workers behind
+            raise
         return trainer
 
     def run(self, config):

@@ -83,6 +83,9 @@ def run_sft(overrides=(), quiet: bool = False) -> dict:
     from minirl.workers.engine_workers import build_engine
     from minirl.workers.utils.losses import sft_loss
 
+    import transformers
+
+    transformers.utils.logging.disable_progress_bar()
     cfg = compose(overrides, config_name="sft_trainer")
     OmegaConf.resolve(cfg)
     torch.manual_seed(int(cfg.trainer.seed))

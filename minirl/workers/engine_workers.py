@@ -14,14 +14,23 @@ through `minirl.checkpoint_engine` (verl: `CheckpointEngineManager`, `verl/check
 so the same trainer code works whether the workers live in this process or in Ray actors.
 Every method that takes a batch is registered with a dispatch mode, so the controller calls
 `wg.compute_log_prob(batch)` as if it were local.
+
+Several ranks: a worker whose group has `WORLD_SIZE > 1` joins the global `torch.distributed`
+process group in its constructor (gloo on CPU, NCCL on CUDA), from the RANK / WORLD_SIZE /
+MASTER_ADDR / MASTER_PORT its `RayWorkerGroup` gave it, before any engine is built; the FSDP2
+engine then sees the group and shards. verl does the same in `TrainingWorker.__init__`
+(`verl/workers/engine_workers.py:83`) through `initialize_global_process_group_ray`
+(`verl/utils/distributed.py:82`). Roles colocated in one process (actor + critic) share that group.
 """
 
 from __future__ import annotations
 
+import os
 from functools import partial
 
 import numpy as np
 import torch
+import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from minirl.protocol import DataProto
@@ -35,6 +44,19 @@ SUM_METRICS = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "critic/v
 
 def _ns(**kw):
     return OmegaConf.create(kw)
+
+
+def init_distributed(device: str) -> None:
+    """Join the global process group once per process when this worker is one of several ranks.
+
+    Reads RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT from the environment (`env://`); a
+    single rank (the in-process group) does nothing, and the engine then trains the plain module.
+    """
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    if world_size <= 1 or dist.is_initialized():
+        return
+    backend = "nccl" if device == "cuda" else "gloo"  # verl: "cpu:gloo,cuda:nccl"
+    dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=world_size)
 
 
 def build_engine(model_type: str, model_path: str, fsdp_config, optim_config, forward_only: bool, device: str):
@@ -109,6 +131,7 @@ class ActorRolloutRefWorker(Worker):
 
     def __init__(self, config, role: str = "actor_rollout_ref", device: str = "cpu"):
         super().__init__()
+        init_distributed(device)
         self.config = config  # the actor_rollout_ref section
         self.role = role
         self.device = device
@@ -157,8 +180,14 @@ class ActorRolloutRefWorker(Worker):
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_per_tensor_param(self):
-        """Full (unsharded) actor tensors by HF name, for weight sync. Every rank must join the gather."""
-        return list(self.actor.engine.get_per_tensor_param())
+        """Full (unsharded) actor tensors by HF name, for weight sync, from rank 0; other ranks return [].
+
+        Every rank must run it: under FSDP each full tensor is an all-gather of the shards. Only rank
+        0's copy travels back to the controller (verl: the checkpoint engine streams from the trainer
+        ranks to the rollout replicas instead of through the controller).
+        """
+        params = list(self.actor.engine.get_per_tensor_param())
+        return params if self.rank == 0 else []
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int):
@@ -177,6 +206,7 @@ class CriticWorker(Worker):
 
     def __init__(self, config, device: str = "cpu"):
         super().__init__()
+        init_distributed(device)
         self.config = config  # the critic section
         self.device = device
         self.version = 0
@@ -201,7 +231,7 @@ class CriticWorker(Worker):
         metrics = self.critic.train_mini_batch(data)
         self.version += 1
         return DataProto.from_dict(tensors={"done": torch.ones(len(data), dtype=torch.bool)},
-                                   meta_info={"metrics": metrics})
+                                   meta_info={"metrics": metrics, "critic_version": self.version})
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int):

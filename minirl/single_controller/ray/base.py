@@ -216,6 +216,16 @@ class RayWorkerGroup(WorkerGroup):
     def _execute_remote_single_worker(self, worker, method_name: str, *args, **kwargs):
         return getattr(worker, method_name).remote(*args, **kwargs)
 
+    def kill_workers(self) -> None:
+        """Kill every actor of the group and release its placement groups (the run is over).
+
+        Groups made by `spawn` share these actors: kill through one of them, once. verl leaves
+        this to `ray.shutdown()` at the end of the driver.
+        """
+        for worker in self._workers:
+            ray.kill(worker)
+        self.resource_pool.remove()
+
     def _wait(self, method_name: str, handles):
         """Wait for the refs of one call (all ranks, or rank 0 only); results in rank order.
 

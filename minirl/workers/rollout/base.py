@@ -236,6 +236,7 @@ _ROLLOUT_REGISTRY: dict[str, type[BaseRollout]] = {}
 # that asking for "hf" does not need the caller to import hf_rollout first).
 _ROLLOUT_MODULES: dict[str, str] = {
     "hf": "minirl.workers.rollout.hf_rollout",
+    "vllm": "minirl.workers.rollout.vllm_rollout",
 }
 
 
