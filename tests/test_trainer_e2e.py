@@ -107,3 +107,16 @@ def test_cli_bad_config_exits_2_with_message(capsys):
     assert main(["actor_rollout_ref.rollout.n=1"]) == 2
     err = capsys.readouterr().err
     assert "rollout.n=1" in err and "Fix:" in err
+
+
+def test_bypass_mode_uses_rollout_log_probs(tmp_path):
+    """verl's rollout_correction.bypass_mode: old_log_probs = rollout_log_probs, no actor forward."""
+    cfg, trainer = run(tmp_path, "trainer.total_training_steps=1", "trainer.val_before_train=false",
+                       "trainer.test_freq=-1", "algorithm.rollout_correction.bypass_mode=true")
+    ev = next(e for e in read_trace(cfg.trace.dir) if e.get("stage") == "old_log_prob")
+    assert ev["extra"]["bypass_mode"] is True and ev["read"] == ["rollout_log_probs"] and ev["role"] == "trainer"
+    assert "old_log_probs" in ev["added"] and "entropy" not in ev["added"]
+    from minirl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="calculate_log_probs=True"):
+        load(SMALL + ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=false"])

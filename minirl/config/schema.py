@@ -475,6 +475,20 @@ class KLControlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """`algorithm.rollout_correction` (verl: `verl/trainer/config/algorithm/rollout_correction.yaml`).
+
+    minirl implements only `bypass_mode`; verl also has importance-sampling weights and rejection
+    sampling (`rollout_is`, `rollout_rs`, thresholds) for correcting rollout/actor mismatch.
+    """
+
+    bypass_mode: bool = False
+    """True: use the rollout's log-probs as `old_log_probs` instead of recomputing them with the actor
+    (saves one forward pass per step; exact only when rollout and actor compute the same numbers, as the
+    fp32 hf rollout does)."""
+
+
+@dataclass
 class AlgoConfig:
     """`algorithm`: advantage estimator and KL-in-reward (verl: `AlgoConfig`, `verl/trainer/config/algorithm.py:620`)."""
 
@@ -492,6 +506,8 @@ class AlgoConfig:
     """KL estimator for the in-reward penalty."""
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     """Controller of beta."""
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
+    """How old_log_probs relate to the rollout's log-probs."""
 
 
 # -------------------------------------------------------------------------------------------- trainer

@@ -196,6 +196,9 @@ def _name_problems(cfg) -> list[str]:
         p.append(f"trainer.resume_mode={cfg.trainer.resume_mode!r}: valid are auto, disable, resume_path.")
     if int(cfg.data.max_response_length) < 1 or int(cfg.data.max_prompt_length) < 1:
         p.append("data.max_prompt_length and data.max_response_length must be >= 1.")
+    if algo.rollout_correction.bypass_mode and not arr.rollout.calculate_log_probs:
+        p.append("algorithm.rollout_correction.bypass_mode=True uses the rollout's log-probs as old_log_probs, but "
+                 "actor_rollout_ref.rollout.calculate_log_probs=False. Fix: set calculate_log_probs=True.")
     if arr.rollout.val_kwargs.do_sample and float(arr.rollout.temperature) <= 0:
         p.append("rollout.val_kwargs.do_sample=True needs rollout.temperature > 0 (as verl's validate_config).")
     return p

@@ -153,6 +153,8 @@ class PPOTrainer:
         self.tracer = NullTracer() if level == "off" else Tracer(
             config.trace.dir, level=level, config=OmegaConf.to_container(config, resolve=True),
             meta={"adv_estimator": config.algorithm.adv_estimator, "rollout": config.actor_rollout_ref.rollout.name})
+        # every span also records the versions after the stage (update_actor: actor v -> v+1)
+        self.tracer.version_source = lambda: self.versions
 
     # ------------------------------------------------------------------------------------ set-up
     def init_workers(self):
@@ -451,6 +453,18 @@ class PPOTrainer:
         return data
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
+        """`old_log_probs`: the proximal anchor of the PPO ratio, from the actor's current weights.
+
+        With `algorithm.rollout_correction.bypass_mode=True` the rollout's own log-probs are used instead
+        and the actor forward is skipped, as verl's bypass mode does (`PPOTrainer._compute_old_log_prob`,
+        `verl/trainer/ppo/v1/trainer_base.py:1529`).
+        """
+        if self.config.algorithm.rollout_correction.bypass_mode:
+            with self._span("old_log_prob", batch, role="trainer", reads=["rollout_log_probs"]) as info:
+                batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
+                info["bypass_mode"] = True
+                info["actor_version"] = self.actor_version
+            return batch
         keys = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
         with self._span("old_log_prob", batch, role="actor", reads=keys) as info:
             temp = float(self.config.actor_rollout_ref.rollout.temperature)
