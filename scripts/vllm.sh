@@ -48,4 +48,6 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false RAY_USAG
 export MINIRL_CACHE="${MINIRL_CACHE:-$PWD/.cache/minirl}" MINIRL_NO_PROGRESS=1
 export MINIRL_VLLM_REQUIRED=1  # tests/rollout_vllm/conftest.py: a vLLM that fails to import is an error, not a skip
 "$VENV/bin/python" -c "import vllm" || { echo "vllm: vLLM does not import in $VENV; delete it and rerun" >&2; exit 1; }
-exec "$VENV/bin/python" -m pytest tests/rollout_vllm -q -p no:cacheprovider "$@"
+# tests/rollout_vllm, plus the vLLM reference trace (traces/vllm) replayed with this venv's vLLM.
+exec "$VENV/bin/python" -m pytest tests/rollout_vllm "tests/test_trace_regression.py::test_reference_trace_reproduces[vllm]" \
+  -q -p no:cacheprovider "$@"
