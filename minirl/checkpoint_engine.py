@@ -36,7 +36,10 @@ class CheckpointEngineManager:
         weights = per_rank[0]  # rank 0's full tensors; the other ranks return []
         t1 = time.perf_counter()
         for replica in self.replicas:
+            # wake the weights, load, then the KV cache (verl: ActorRolloutRefWorker.update_weights)
+            _run(replica.resume(["weights"]))
             replica.update_weights(iter(weights), version=int(global_steps))
+            _run(replica.resume(["kv_cache"]))
         t2 = time.perf_counter()
         n_bytes = sum(t.numel() * t.element_size() for _, t in weights)
         self.last_sync = {"timing_s/update_weights_gather": t1 - t0, "timing_s/update_weights_load": t2 - t1,
@@ -44,5 +47,17 @@ class CheckpointEngineManager:
         return self.last_sync
 
     def sleep_replicas(self):
-        """verl frees the replicas' weights and KV cache here (sleep mode); the hf rollout has nothing to free."""
-        return None
+        """Free the replicas' weights and KV cache while the actor trains (sleep mode).
+
+        verl: `PPOTrainerSync.on_sample_end` (`verl/trainer/ppo/v1/trainer_sync.py:40`). The hf rollout
+        has nothing to free; vLLM sleeps on GPU and reports once that CPU has no sleep mode.
+        """
+        for replica in self.replicas:
+            _run(replica.release())
+
+
+def _run(coro):
+    """Await a rollout's async resume/release from the synchronous trainer (also inside Jupyter's loop)."""
+    from minirl.agent_loop.agent_loop import _run_coroutine
+
+    return _run_coroutine(lambda: coro)
