@@ -27,6 +27,7 @@ def main():
     ap.add_argument("--test-freq", type=int, default=10)
     ap.add_argument("--sft-stop", type=float, default=0.2)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--warm-start", default=None, help="reuse an SFT checkpoint (HF dir) instead of training one")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     import torch
@@ -38,8 +39,13 @@ def main():
 
     out = args.out or tempfile.mkdtemp(prefix="minirl-learning-")
     t0 = time.time()
-    sft = run_sft([f"trainer.default_local_dir={out}/sft", f"trainer.stop_at_val_score={args.sft_stop}"], quiet=True)
-    print(f"SFT: {sft['steps']} steps, {sft['wall_s']:.0f} s, held-out greedy accuracy {sft['val_acc']:.3f}")
+    if args.warm_start:
+        sft = {"path": args.warm_start}
+        print(f"SFT: reusing {args.warm_start}")
+    else:
+        sft = run_sft([f"trainer.default_local_dir={out}/sft", f"trainer.stop_at_val_score={args.sft_stop}"],
+                      quiet=True)
+        print(f"SFT: {sft['steps']} steps, {sft['wall_s']:.0f} s, held-out greedy accuracy {sft['val_acc']:.3f}")
     cfg = load([f"actor_rollout_ref.model.path={sft['path']}", f"trainer.total_training_steps={args.grpo_steps}",
                 f"trainer.test_freq={args.test_freq}", f"trainer.default_local_dir={out}/grpo",
                 "trainer.logger=[file]", "trace.level=stages", "trainer.resume_mode=disable", *args.overrides])
