@@ -64,7 +64,7 @@ def test_every_section_is_there(path):
         else ["Exercise"]
     missing = [w for w in wanted if w not in text]
     assert not missing, f"{path.name}: missing section(s) {missing}"
-    assert "verl/" in text and ".py:" in text, f"{path.name}: no `verl/path.py:LINE` citation in the prose"
+    assert "verl/" in text and ".py:" in text, f"{path.name}: no `verl/<path>.py:LINE` citation in the prose"
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@
 3. Notebook links that follow the files: `[[chapters/01]]` or `[[labs/02|Lab 02: Custom reward]]`
    in a Markdown page becomes a link to `chapters/01_*.ipynb` when that notebook exists, and plain
    text (with a "not written yet" mark) when it does not.
-4. verl citations become links: a code span that is exactly a citation (`verl/x.py:LINE`, or a
+4. verl citations become links: a code span that is exactly a citation (`verl/<file>.py:LINE`, or a
    file path alone) links to that line on GitHub at the pinned commit (`minirl.anchors.link`).
    That the line is right is `minirl anchors check`'s job (tests/test_anchors.py).
 5. Offline pages: nbconvert's notebook template loads MathJax from a CDN (and mermaid.js when a

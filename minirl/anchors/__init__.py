@@ -1,4 +1,4 @@
-"""verl citations: every `verl/path.py:LINE` minirl cites, checked against verl's index at the pinned commit.
+"""verl citations: every `verl/<path>.py:LINE` minirl cites, checked against verl's index at the pinned commit.
 
 The index (`minirl/anchors/data/<commit>/`, copied from the project's shared verl-index: data derived
 from Apache-2.0 code, no code) lists every file with its line count and every class, function and
@@ -6,7 +6,7 @@ method with its def line. A citation resolves when:
 
 - the file exists at the pinned commit;
 - for a `.py` file, LINE is the def/class line of a symbol in that file, and when a backticked name
-  stands right before the citation (`` `compute_grpo_outcome_advantage` (`verl/...py:268`) ``), it is
+  stands right before the citation (`` `compute_grpo_outcome_advantage` (`verl/<...>.py:268`) ``), it is
   that symbol (its last dotted part);
 - for other files, LINE is within the file.
 """
@@ -38,7 +38,7 @@ class Index:
 
 @dataclass
 class Citation:
-    """One `verl/path.py:LINE` found in a text, with the backticked name right before it (if any)."""
+    """One `verl/<path>.py:LINE` found in a text, with the backticked name right before it (if any)."""
 
     lineno: int  # line of the text it stands on
     path: str
@@ -47,7 +47,7 @@ class Citation:
 
 
 def iter_citations(text: str):
-    """Every citation in `text` (placeholders such as `verl/path.py` and `verl/...` left out)."""
+    """Every citation in `text` (placeholders such as `verl/<path>.py` and `verl/...` left out)."""
     for lineno, line in enumerate(text.splitlines(), 1):
         for m in CITE.finditer(line):
             path, ln = m.group(1), m.group(2)

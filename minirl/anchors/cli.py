@@ -1,6 +1,6 @@
 """`minirl anchors check` and `minirl anchors drift`: the verl citations on the command line.
 
-    minirl anchors check [--verl PATH] [paths ...]   every verl/x.py:LINE resolves (exit 1 lists the ones that don't)
+    minirl anchors check [--verl PATH] [paths ...]   every verl/<file>.py:LINE resolves (exit 1 lists the ones that don't)
     minirl anchors drift [--verl PATH] [paths ...]   where each cited symbol is at 9c38b8bb1876, the pin, a checkout
 
 Without paths both read the whole project (chapters, labs, docs, minirl's docstrings). `--verl PATH`
@@ -99,7 +99,7 @@ def register_anchors_cli(sub) -> None:
     """Add `anchors check` and `anchors drift` to minirl's argparse subcommands."""
     a = sub.add_parser("anchors", help="check the verl citations; show where cited symbols moved")
     asub = a.add_subparsers(dest="anchors_command", required=True)
-    c = asub.add_parser("check", help=f"every verl/x.py:LINE resolves at the pin {PIN} (or at --verl PATH)")
+    c = asub.add_parser("check", help=f"every verl/<file>.py:LINE resolves at the pin {PIN} (or at --verl PATH)")
     c.add_argument("--verl", metavar="PATH", help="a local verl clone to check against instead of the pin")
     c.add_argument("paths", nargs="*", help="files or folders (default: the whole project)")
     c.set_defaults(fn=check_cmd)

@@ -2,7 +2,7 @@
 
 verl moves fast: between 9c38b8bb1876 (2026-05-26, the revision older reading guides cite) and the pin
 1dda039b9c63 (2026-08-22) the V1 trainer left `main_ppo_sync.py` (in `verl/trainer/`) for
-`verl/trainer/ppo/v1/`. `minirl anchors drift` takes every `verl/x.py:LINE` the project cites, finds
+`verl/trainer/ppo/v1/`. `minirl anchors drift` takes every `verl/<file>.py:LINE` the project cites, finds
 the symbol at that line in the pinned index (the backticked name before the citation picks among
 several), and looks the same qualified name up in the other indexes:
 
@@ -73,7 +73,7 @@ def locate(index: Index, path: str, qualname: str) -> Location:
 
 
 def describe(loc: Location, pin_line: int, moved_word: str) -> str:
-    """One table cell: `268`, `270 (+2)`, `<moved_word> verl/x.py:40`, `gone`."""
+    """One table cell: `268`, `270 (+2)`, `<moved_word> verl/<file>.py:40`, `gone`."""
     if loc.status == "gone":
         return "gone"
     if loc.status == "same":

@@ -19,7 +19,7 @@ class StageInfo(NamedTuple):
 
     minirl: str  # method or function in minirl that the span wraps
     calls: str  # the function doing the work inside it (minirl name, usually verl's name too)
-    verl: tuple  # ((qualified symbol, "verl/path.py:LINE"), ...)
+    verl: tuple  # ((qualified symbol, "verl/<path>.py:LINE"), ...)
     runs_when: str  # the branch condition; "always" for the core stages
     role: str  # the worker role that runs it
 
