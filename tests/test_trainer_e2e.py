@@ -103,10 +103,15 @@ def test_reward_function_error_names_the_sample(tmp_path):
             f"reward.custom_reward_function.path={bad}")
 
 
-def test_cli_bad_config_exits_2_with_message(capsys):
+def test_cli_bad_config_exits_2_with_message(capsys, tmp_path):
     assert main(["actor_rollout_ref.rollout.n=1"]) == 2
     err = capsys.readouterr().err
     assert "rollout.n=1" in err and "Fix:" in err
+    assert main([f"data.train_files={tmp_path}/nope.parquet", f"trainer.default_local_dir={tmp_path}/r"]) == 2
+    err = capsys.readouterr().err
+    assert "data.train_files: no such file" in err and "Traceback" not in err
+    assert main([f"actor_rollout_ref.model.path={tmp_path}/no_model", f"trainer.default_local_dir={tmp_path}/r"]) == 2
+    assert "does not exist" in capsys.readouterr().err
 
 
 def test_bypass_mode_uses_rollout_log_probs(tmp_path):

@@ -51,10 +51,18 @@ def main(overrides=()) -> int:
     except ConfigError as e:
         print(f"minirl demo: {e}", file=sys.stderr)
         return 2
-    path = warm_start()
-    cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
-    print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
-    trainer = TaskRunner().run(cfg)
+    from minirl.trainer.main_ppo import USER_ERRORS
+
+    try:
+        path = warm_start()
+        cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
+        print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
+        trainer = TaskRunner().run(cfg)
+    except USER_ERRORS as e:
+        if os.environ.get("MINIRL_DEBUG") == "1":
+            raise
+        print(f"minirl demo: {e}", file=sys.stderr)
+        return 2
     val = [r for r in trainer.history if any(k.startswith("val-core/") and "/acc/" in k for k in r)]
     if val:
         first, last = val[0], val[-1]

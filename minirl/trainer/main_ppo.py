@@ -42,8 +42,9 @@ class TaskRunner:
         tokenizer = load_tokenizer(model.tokenizer_path or model.path)
         hf_config = load_model_config(model.path)
         check_model_length(config, getattr(hf_config, "max_position_embeddings", 10**9))
-        train_files = resolve_data_files(config.data.train_files, config.data.builtin)
-        val_files = resolve_data_files(config.data.val_files, config.data.builtin) if config.data.val_files else None
+        train_files = _existing(resolve_data_files(config.data.train_files, config.data.builtin), "data.train_files")
+        val_files = _existing(resolve_data_files(config.data.val_files, config.data.builtin), "data.val_files") \
+            if config.data.val_files else None
         train = RLDataset(train_files, tokenizer, config.data, max_samples=int(config.data.train_max_samples))
         val = RLDataset(val_files, tokenizer, config.data, max_samples=int(config.data.val_max_samples)) if val_files else None
         reward_fn = load_reward_manager(config, tokenizer)
@@ -100,14 +101,32 @@ def run_ppo(overrides=()):
     return TaskRunner().run(config)
 
 
+def _existing(paths: list[str], key: str) -> list[str]:
+    missing = [p for p in paths if not os.path.exists(p)]
+    if missing:
+        raise FileNotFoundError(f"{key}: no such file {missing[0]!r}. Fix: give parquet files in verl's row format "
+                                "(see `python -m minirl.data.gsm8k --help`) or minirl://arithmetic/train, "
+                                "minirl://countdown/train for an embedded task.")
+    return paths
+
+
+# Errors that mean "the run was set up wrong", reported in one line; anything else keeps its traceback.
+USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    from minirl.workers.reward import RewardFunctionError
+
     try:
         config = load(argv)
-    except ConfigError as e:
+        TaskRunner().run(config)
+    except (*USER_ERRORS, RewardFunctionError) as e:
+        if os.environ.get("MINIRL_DEBUG") == "1":
+            raise
         print(f"minirl train: {e}", file=sys.stderr)
+        print("(set MINIRL_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
-    TaskRunner().run(config)
     return 0
 
 

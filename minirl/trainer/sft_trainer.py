@@ -145,7 +145,9 @@ def main(argv=None) -> int:
 
     try:
         res = run_sft(argv)
-    except ConfigError as e:
+    except (ConfigError, FileNotFoundError) as e:
+        if os.environ.get("MINIRL_DEBUG") == "1":
+            raise
         print(f"minirl sft: {e}", file=sys.stderr)
         return 2
     print(f"SFT: {res['steps']} steps in {res['wall_s']:.0f} s, validation accuracy {res['val_acc']:.3f}; "
