@@ -1,12 +1,14 @@
 """Does minirl's GRPO learn? SFT warm start, then GRPO on 2-digit addition, on CPU.
 
-    python benchmarks/learning.py [--grpo-steps 300] [--test-freq 10] [key=value GRPO overrides ...]
+    python benchmarks/learning.py [--grpo-steps 300] [--test-freq 10] [--warm-start fresh|DIR] [key=value ...]
 
-1. SFT (`minirl.trainer.sft_trainer`) until greedy held-out accuracy first reaches 0.2 (it jumps
-   suddenly, so evaluate often and stop early: GRPO should start weak but non-zero).
+1. The SFT warm start: by default `minirl://tiny-qwen2-sft`, the cached default model (built once by
+   `minirl.models.warm_start`: SFT until greedy held-out accuracy first reaches 0.2); `--warm-start fresh`
+   trains a new one into the output folder (`minirl.trainer.sft_trainer`, stopping at `--sft-stop`).
 2. GRPO (`minirl train` defaults: 32 prompts x n=8, temperature 1, lr 1e-4, 1 optimizer step per batch)
    from that checkpoint, validating (greedy, 200 held-out prompts) every `--test-freq` steps.
-Prints the validation accuracy against GRPO wall time, and when it first reached 0.7.
+Prints the validation accuracy against GRPO wall time, when it first reached 0.7, the load average
+before and after (the machine may be shared) and the run's peak RSS.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import tempfile
 import time
 
@@ -27,21 +30,24 @@ def main():
     ap.add_argument("--test-freq", type=int, default=10)
     ap.add_argument("--sft-stop", type=float, default=0.2)
     ap.add_argument("--out", default=None)
-    ap.add_argument("--warm-start", default=None, help="reuse an SFT checkpoint (HF dir) instead of training one")
+    ap.add_argument("--warm-start", default="minirl://tiny-qwen2-sft",
+                    help="an SFT checkpoint (HF dir or minirl:// preset), or 'fresh' to train one")
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args()
     import torch
 
     torch.set_num_threads(1)
     from minirl.config import load
-    from minirl.trainer.main_ppo import TaskRunner
+    from minirl.models import resolve_model_path
+    from minirl.trainer.main_ppo import TaskRunnerV1
     from minirl.trainer.sft_trainer import run_sft
 
     out = args.out or tempfile.mkdtemp(prefix="minirl-learning-")
     t0 = time.time()
-    if args.warm_start:
-        sft = {"path": args.warm_start}
-        print(f"SFT: reusing {args.warm_start}")
+    load_before = os.getloadavg()
+    if args.warm_start != "fresh":
+        sft = {"path": resolve_model_path(args.warm_start)}
+        print(f"SFT: reusing {args.warm_start} ({sft['path']})")
     else:
         sft = run_sft([f"trainer.default_local_dir={out}/sft", f"trainer.stop_at_val_score={args.sft_stop}"],
                       quiet=True)
@@ -50,9 +56,10 @@ def main():
                 f"trainer.test_freq={args.test_freq}", f"trainer.default_local_dir={out}/grpo",
                 "trainer.logger=[file]", "trace.level=stages", "trainer.resume_mode=disable", *args.overrides])
     t1 = time.time()
-    TaskRunner().run(cfg)
+    TaskRunnerV1().run(cfg)
     grpo_wall = time.time() - t1
-    rows = [json.loads(x) for x in open(f"{out}/grpo/metrics.jsonl")]
+    with open(f"{out}/grpo/metrics.jsonl") as f:
+        rows = [json.loads(x) for x in f]
     key = "val-core/minirl/arithmetic/acc/mean@1"
     elapsed, reached = 0.0, None
     print(f"{'step':>5} {'grpo_s':>7} {'val_acc':>8} {'train_score':>11}")
@@ -64,8 +71,10 @@ def main():
                 reached = (r["step"], elapsed)
     steps = [r for r in rows if "timing_s/step" in r]
     print(f"GRPO: {len(steps)} steps, {grpo_wall:.0f} s wall ({grpo_wall / max(1, len(steps)):.2f} s/step incl. validation)")
-    print("reached 0.7 at step %d after %.0f s of GRPO" % reached if reached else "did not reach 0.7")
-    print(f"total wall {time.time() - t0:.0f} s; outputs in {out}")
+    print(f"reached 0.7 at step {reached[0]} after {reached[1]:.0f} s of GRPO" if reached else "did not reach 0.7")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"total wall {time.time() - t0:.0f} s; load average {load_before[0]:.2f} before, {os.getloadavg()[0]:.2f} "
+          f"after; peak RSS {rss:.0f} MB; outputs in {out}")
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ def main(argv=None) -> int:
     import torch
 
     from minirl.config import load
-    from minirl.trainer.main_ppo import TaskRunner
+    from minirl.trainer.main_ppo import TaskRunnerV1
 
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="minirl-trace-overhead-")
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
         cfg = load([f"trainer.total_training_steps={args.steps}", "trainer.val_before_train=false",
                     "trainer.test_freq=-1", "trainer.logger=[]", "trainer.save_freq=-1", "trainer.resume_mode=disable",
                     f"trainer.default_local_dir={tmp}/{level}", f"trace.level={level}", *args.overrides])
-        trainers.append(TaskRunner().build(cfg))
+        trainers.append(TaskRunnerV1().build(cfg))
     turns, rows = Turns(len(trainers)), {lv: [] for lv in LEVELS}
     for i, (lv, tr) in enumerate(zip(LEVELS, trainers)):
         instrument(tr, i, turns, rows[lv])

@@ -2,9 +2,11 @@
 
     minirl train [key=value ...]          GRPO/PPO run (verl: python -m verl.trainer.main_ppo key=value ...)
     minirl sft [key=value ...]            SFT warm start on the same engine
+    minirl train-rm [--out DIR ...]       a reward model trained on the policy's samples (reward.reward_model.*)
     minirl demo                           SFT warm start (cached) + a short GRPO run on the embedded task
     minirl config explain [key=value ...] the batch arithmetic of one training step
     minirl config show [key=value ...]    the composed config as YAML
+    minirl doctor RUN                     which layer of a run broke, from its trace and metrics
 """
 
 from __future__ import annotations
@@ -42,6 +44,12 @@ def _sft_cmd(args) -> int:
     return sft_main(args.overrides)
 
 
+def _train_rm_cmd(args) -> int:
+    from minirl.trainer.rm_trainer import run_args
+
+    return run_args(vars(args))
+
+
 def _demo_cmd(args) -> int:
     from minirl.trainer.demo import main as demo_main
 
@@ -57,6 +65,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("sft", help="supervised fine-tuning warm start")
     s.add_argument("overrides", nargs="*")
     s.set_defaults(fn=_sft_cmd)
+    from minirl.trainer.rm_trainer import add_arguments
+
+    r = sub.add_parser("train-rm", help="train a reward model on the policy's samples (then reward.reward_model.*)")
+    add_arguments(r)
+    r.set_defaults(fn=_train_rm_cmd)
     d = sub.add_parser("demo", help="SFT warm start + GRPO on the embedded arithmetic task (CPU)")
     d.add_argument("overrides", nargs="*")
     d.set_defaults(fn=_demo_cmd)
@@ -70,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     from minirl.trace.cli import register_trace_cli
 
     register_trace_cli(sub)
+    from minirl.doctor.cli import register_doctor_cli
+
+    register_doctor_cli(sub)
     return p
 
 

@@ -7,10 +7,16 @@ such as `"<uid>_<session>_<index>"`; each key has
 - **fields**: the sample's data, one entry per field name (`prompts`, `responses`,
   `response_mask`, `rollout_log_probs`, `old_log_probs`, ...), each stored *without padding*:
   a 1-D tensor as long as that sample's own response;
-- a **tag**: a small dict of metadata the controller reasons about (`uid`, `status`, the policy
-  versions that sampled it, `is_padding`, `seq_len`).
+- a **tag**: a small dict of metadata the controller reasons about (`status`, the policy
+  versions that sampled it, `seq_len` ...). Prompts have keys too (their `uid`), tag-only: the
+  `status` of their group (`PROMPT_STATUSES`).
 
-What moves through the controller is a `BatchMeta` (verl: `KVBatchMeta`, a class of the
+Who writes what: the trainer registers prompts (`status: pending`); the agent loop
+(`minirl.agent_loop.agent_loop_tq.AgentLoopWorkerTQ`) marks them running, writes one trajectory
+per finished session under `trajectory_key(uid, session_id, index)` and marks the group finished;
+the `ReplayBuffer` reads only tags to pick the next batch.
+
+What moves through the controller is a `KVBatchMeta` (verl: `KVBatchMeta`, a class of the
 TransferQueue package; verl's stand-in when the package is missing is
 `KVBatchMeta`, `verl/utils/transferqueue_utils.py:47`): the keys of a batch, their tags and the
 partition ("train" or "val"). That is the *control plane*: cheap to pass around, no tensors. A
@@ -28,7 +34,13 @@ Padded and unpadded ("nested", jagged) forms are converted explicitly, never sil
   `verl/workers/utils/padding.py:97`).
 
 `kv_batch_put` refuses a padded `[B, L]` tensor and says which conversion to call, so a reader
-always sees where padding is added or removed.
+always sees where padding is added or removed. `kv_batch_get_padded` reads a batch out in the one
+padded layout every stage and engine uses (prompts left-padded, per-token response fields
+right-padded) and builds `input_ids` / `attention_mask` / `position_ids` with `build_model_inputs`,
+the only place minirl builds them (SFT uses it too).
+
+Whether stages `kv_batch_get`/`kv_batch_put` their fields (verl) or pass a `DataProto` (minirl after
+`sample`) is explained in `minirl.trainer.ppo.trainer_base`: minirl's stages pass the DataProto.
 
 What minirl simplifies: the store is a dict in the controller's process (verl: storage units and a
 metadata server in Ray actors, reachable from every worker, so workers can fetch fields directly),
@@ -39,6 +51,7 @@ checkpointing of the store (sync mode empties it after every step).
 from __future__ import annotations
 
 import copy
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,14 +59,38 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["BatchMeta", "TransferQueue", "lengths_of", "nested_to_padded", "padded_to_nested"]
+__all__ = ["PROMPT_STATUSES", "TERMINAL_STATUSES", "KVBatchMeta", "TransferQueue", "TransferQueueView",
+           "build_model_inputs", "kv_batch_get_padded", "lengths_of", "nested_to_padded", "padded_to_nested",
+           "trajectory_key", "uid_of"]
+
+
+# ----------------------------------------------------------------------------------------- keys
+
+
+PROMPT_STATUSES = ("pending", "running", "finished", "failure")
+"""A prompt key's `status` tag: sampled from the dataset -> its sessions running -> all done (or one failed)."""
+TERMINAL_STATUSES = ("finished", "failure")
+
+
+def trajectory_key(uid: str, session_id: int, index: int = 0) -> str:
+    """`{uid}_{session_id}_{index}`: the key of one agent-loop output (verl's "[Trajectories storage format]").
+
+    `session_id` is 0..n-1 for the `rollout.n` sessions of one prompt; `index` counts the outputs of
+    one session (always 0 for the single-turn loop).
+    """
+    return f"{uid}_{int(session_id)}_{int(index)}"
+
+
+def uid_of(key: str) -> str:
+    """The prompt uid a trajectory key belongs to (uids are uuid4 strings: no underscores)."""
+    return key.split("_")[0]
 
 
 # ------------------------------------------------------------------------------------- control plane
 
 
 @dataclass
-class BatchMeta:
+class KVBatchMeta:
     """A batch as the controller sees it: sample keys, one tag dict per key, the partition.
 
     Mirrors TransferQueue's `KVBatchMeta` (fields `keys`, `tags`, `partition_id`, `extra_info`).
@@ -67,7 +104,7 @@ class BatchMeta:
 
     def __post_init__(self):
         if len(self.keys) != len(self.tags):
-            raise ValueError(f"BatchMeta: {len(self.keys)} keys but {len(self.tags)} tags; give one tag dict per key.")
+            raise ValueError(f"KVBatchMeta: {len(self.keys)} keys but {len(self.tags)} tags; give one tag dict per key.")
 
     def __len__(self) -> int:
         return len(self.keys)
@@ -76,14 +113,10 @@ class BatchMeta:
         """The tag `name` of every sample, in key order (`default` where a tag lacks it)."""
         return [tag.get(name, default) for tag in self.tags]
 
-    def non_padding_mask(self) -> np.ndarray:
-        """True for real samples, False for the synthetic rows tagged `is_padding` (verl: `_compute_metrics`)."""
-        return np.array([not tag.get("is_padding", False) for tag in self.tags], dtype=bool)
-
-    def select_idxs(self, idxs: Sequence[int]) -> BatchMeta:
+    def select_idxs(self, idxs: Sequence[int]) -> KVBatchMeta:
         """The samples at positions `idxs`, in that order."""
         idxs = [int(i) for i in idxs]
-        return BatchMeta([self.keys[i] for i in idxs], [self.tags[i] for i in idxs], self.partition_id,
+        return KVBatchMeta([self.keys[i] for i in idxs], [self.tags[i] for i in idxs], self.partition_id,
                          dict(self.extra_info))
 
 
@@ -150,6 +183,82 @@ def nested_to_padded(values: Iterable[torch.Tensor], width: int | None = None, s
     return out
 
 
+def build_model_inputs(prompts: torch.Tensor, responses: torch.Tensor, prompt_lengths: torch.Tensor,
+                       response_lengths: torch.Tensor) -> dict[str, torch.Tensor]:
+    """What the model reads, from the padded prompt/response layout: `input_ids`, `attention_mask`, `position_ids`.
+
+    `prompts` `[B, P]` are LEFT-padded, `responses` `[B, R]` RIGHT-padded; the lengths say how many
+    entries of each row are real. Then `input_ids = [prompts | responses]` `[B, P + R]`, the
+    attention mask is 1 on the real tokens of both halves, and `position_ids` count real tokens from 0
+    at each row's first prompt token (`cumsum(mask) - 1`, 0 on padding), so a left-padded prompt
+    gets the same positions as an unpadded one. This is the one place minirl builds them: the
+    trainer (from the TransferQueue) and SFT (from its own rows) both call it. verl keeps
+    `input_ids`/`position_ids` per trajectory without padding (`AgentLoopWorkerTQ._agent_loop_postprocess`,
+    `verl/trainer/ppo/v1/agent_loop_tq.py:150`) and its engines read them as nested tensors.
+    """
+    P, R = prompts.shape[1], responses.shape[1]
+    prompt_lengths, response_lengths = torch.as_tensor(prompt_lengths), torch.as_tensor(response_lengths)
+    attn = torch.cat([torch.arange(P) >= P - prompt_lengths[:, None], torch.arange(R) < response_lengths[:, None]],
+                     dim=1).long()
+    return {"input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attn,
+            "position_ids": (attn.cumsum(dim=1) - 1).clamp(min=0) * attn}
+
+
+PROMPT_SIDE_FIELDS = ("prompts",)
+"""Per-token fields aligned with the prompt (left-padded); every other per-token field follows the response."""
+TOKEN_ID_FIELDS = ("prompts", "responses")
+"""Fields padded with the tokenizer's pad token; all other fields are padded with 0."""
+MODEL_INPUT_FIELDS = ("input_ids", "attention_mask", "position_ids")
+"""Built from `prompts` + `responses` by `build_model_inputs` when asked for; never stored."""
+
+
+def kv_batch_get_padded(tq: TransferQueue, batch_meta: KVBatchMeta, prompt_length: int, response_length: int,
+                        pad_token_id: int, fields: Sequence[str] | None = None):
+    """Read `fields` of a batch from the TransferQueue as one padded `DataProto` (the stages' layout).
+
+    - per-token fields (stored unpadded, one length per sample): `prompts` LEFT-padded to
+      `prompt_length`, every other one RIGHT-padded to `response_length` (token ids with
+      `pad_token_id`, the rest with 0);
+    - one number per sample: a `[B]` tensor; Python objects: numpy object arrays (`non_tensor_batch`);
+    - `input_ids`, `attention_mask`, `position_ids` are never stored: they are built from the prompt and
+      response lengths (`build_model_inputs`), exactly as the rollout saw the sequence.
+
+    `fields=None` reads every stored field of the first key plus the model inputs. The batch's
+    `extra_info` becomes the DataProto's `meta_info`. verl: `tq.kv_batch_get(keys, select_fields=...)`
+    followed by `to_padded_tensor` in each stage of `PPOTrainer` (`verl/trainer/ppo/v1/trainer_base.py:118`).
+    """
+    from minirl.protocol import DataProto  # the data plane hands stages the one batch type they all read
+
+    asked = list(fields) if fields is not None else None
+    if asked is None:
+        select = tq.fields_of(batch_meta.keys[0], batch_meta.partition_id) if len(batch_meta) else []
+    else:
+        select = [f for f in asked if f not in MODEL_INPUT_FIELDS]
+    derived = MODEL_INPUT_FIELDS if asked is None else [f for f in asked if f in MODEL_INPUT_FIELDS]
+    select += [f for f in ("prompts", "responses") if derived and f not in select]
+    data = tq.kv_batch_get(batch_meta.keys, batch_meta.partition_id, select_fields=select)
+    tensors, non_tensors = {}, {}
+    for name, value in data.items():
+        if not isinstance(value, torch.Tensor):
+            non_tensors[name] = value
+        elif not value.is_nested:
+            tensors[name] = value  # one number per sample
+        else:
+            left = name in PROMPT_SIDE_FIELDS
+            tensors[name] = nested_to_padded(value, prompt_length if left else response_length,
+                                             side="left" if left else "right",
+                                             pad_value=pad_token_id if name in TOKEN_ID_FIELDS else 0)
+    if derived:
+        tensors.update(build_model_inputs(tensors["prompts"], tensors["responses"],
+                                          data["prompts"].offsets().diff(), data["responses"].offsets().diff()))
+    if asked is None:  # per-token fields, then the model inputs, then one-number-per-sample fields
+        per_token = [f for f in select if f in tensors and tensors[f].dim() > 1]
+        asked = per_token + list(MODEL_INPUT_FIELDS) + [f for f in select if f not in per_token]
+    tensors = {f: tensors[f] for f in asked if f in tensors}  # what was asked for, in that order
+    non_tensors = {f: non_tensors[f] for f in asked if f in non_tensors}
+    return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=dict(batch_meta.extra_info))
+
+
 def _as_nested(rows: list[torch.Tensor]) -> torch.Tensor:
     """A jagged nested tensor (what verl's TransferQueue hands back for variable-length fields)."""
     return torch.nested.as_nested_tensor(rows, layout=torch.jagged)
@@ -168,29 +277,32 @@ class TransferQueue:
 
     def __init__(self) -> None:
         self._partitions: dict[str, dict[str, dict]] = {}
+        # the async trainers' agent loop writes from a background thread while the trainer reads
+        self._lock = threading.RLock()
 
     # -- writing -------------------------------------------------------------------------------
     def kv_batch_put(self, keys: Sequence[str], partition_id: str = "train", fields: dict | None = None,
-                     tags: Sequence[dict] | None = None) -> BatchMeta:
+                     tags: Sequence[dict] | None = None) -> KVBatchMeta:
         """Create or update `keys`: store their `fields` (one value per key) and merge their `tags`.
 
         A field value may be a list of per-sample tensors (any lengths), a jagged nested tensor, a
         1-D tensor `[B]` (one number per sample), or a list / numpy array of Python objects.
         A padded `[B, L]` tensor is refused: convert it with `padded_to_nested` first.
-        Returns the `BatchMeta` of the keys (with their merged tags).
+        Returns the `KVBatchMeta` of the keys (with their merged tags).
         """
         keys = [str(k) for k in keys]
-        part = self._partitions.setdefault(partition_id, {})
         per_key = {name: self._split(name, value, len(keys)) for name, value in (fields or {}).items()}
         if tags is not None and len(tags) != len(keys):
             raise ValueError(f"kv_batch_put: {len(keys)} keys but {len(tags)} tags; give one tag dict per key.")
-        for i, key in enumerate(keys):
-            entry = part.setdefault(key, {"tag": {}, "fields": {}})
-            if tags is not None:
-                entry["tag"].update(tags[i])
-            for name, values in per_key.items():
-                entry["fields"][name] = values[i]
-        return BatchMeta(keys, [dict(part[k]["tag"]) for k in keys], partition_id)
+        with self._lock:
+            part = self._partitions.setdefault(partition_id, {})
+            for i, key in enumerate(keys):
+                entry = part.setdefault(key, {"tag": {}, "fields": {}})
+                if tags is not None:
+                    entry["tag"].update(tags[i])
+                for name, values in per_key.items():
+                    entry["fields"][name] = values[i]
+            return KVBatchMeta(keys, [dict(part[k]["tag"]) for k in keys], partition_id)
 
     @staticmethod
     def _split(name: str, value, n: int) -> list:
@@ -223,13 +335,14 @@ class TransferQueue:
         with `nested_to_padded`); 0-d tensors come back stacked as `[B]`; anything else as a numpy
         object array. `select_fields=None` returns every field of the first key.
         """
-        part = self._partition(partition_id)
-        entries = []
-        for key in keys:
-            if key not in part:
-                raise KeyError(f"kv_batch_get: no key {key!r} in partition {partition_id!r} "
-                               f"({len(part)} keys stored); was it cleared or never put?")
-            entries.append((key, part[key]))
+        with self._lock:
+            part = self._partition(partition_id)
+            entries = []
+            for key in keys:
+                if key not in part:
+                    raise KeyError(f"kv_batch_get: no key {key!r} in partition {partition_id!r} "
+                                   f"({len(part)} keys stored); was it cleared or never put?")
+                entries.append((key, part[key]))
         if select_fields is None:
             select_fields = list(entries[0][1]["fields"]) if entries else []
         out = {}
@@ -258,12 +371,14 @@ class TransferQueue:
 
     def kv_list(self, partition_id: str | None = None) -> dict[str, dict[str, dict]]:
         """`{partition: {key: tag}}` (copies), for one partition or all (verl: `tq.kv_list`)."""
-        parts = [partition_id] if partition_id is not None else list(self._partitions)
-        return {p: {k: copy.copy(e["tag"]) for k, e in self._partitions.get(p, {}).items()} for p in parts}
+        with self._lock:
+            parts = [partition_id] if partition_id is not None else list(self._partitions)
+            return {p: {k: copy.copy(e["tag"]) for k, e in self._partitions.get(p, {}).items()} for p in parts}
 
     def fields_of(self, key: str, partition_id: str = "train") -> list[str]:
         """The field names stored under `key`."""
-        return list(self._partition(partition_id)[key]["fields"])
+        with self._lock:
+            return list(self._partition(partition_id)[key]["fields"])
 
     def _partition(self, partition_id: str) -> dict:
         if partition_id not in self._partitions:
@@ -273,27 +388,55 @@ class TransferQueue:
     # -- clearing ------------------------------------------------------------------------------
     def kv_clear(self, keys: Sequence[str], partition_id: str = "train") -> None:
         """Forget `keys` (fields and tags); keys that are not there are ignored (verl: `tq.kv_clear`)."""
-        part = self._partitions.get(partition_id, {})
-        for key in keys:
-            part.pop(str(key), None)
+        with self._lock:
+            part = self._partitions.get(partition_id, {})
+            for key in keys:
+                part.pop(str(key), None)
 
     def __len__(self) -> int:
-        return sum(len(p) for p in self._partitions.values())
+        with self._lock:
+            return sum(len(p) for p in self._partitions.values())
 
     def describe(self, keys: Sequence[str], partition_id: str = "train") -> dict:
         """What the store holds for `keys`, per field: storage, layout, dtype and min/max length (for the trace)."""
-        part = self._partition(partition_id)
+        with self._lock:
+            part = self._partition(partition_id)
+            items = [(name, v) for key in keys for name, v in part[key]["fields"].items()]
         out: dict[str, dict] = {}
-        for key in keys:
-            for name, v in part[key]["fields"].items():
-                d = out.setdefault(name, {"storage": "transfer_queue"})
-                if isinstance(v, torch.Tensor):
-                    d["dtype"] = str(v.dtype).replace("torch.", "")
-                    d["layout"] = "nested" if v.dim() else "scalar"
-                    if v.dim():
-                        n = int(v.shape[0])
-                        lo, hi = d.get("lengths", [n, n])
-                        d["lengths"] = [min(lo, n), max(hi, n)]
-                else:
-                    d["layout"], d["dtype"] = "object", type(v).__name__
+        for name, v in items:
+            d = out.setdefault(name, {"storage": "transfer_queue"})
+            if isinstance(v, torch.Tensor):
+                d["dtype"] = str(v.dtype).replace("torch.", "")
+                d["layout"] = "nested" if v.dim() else "scalar"
+                if v.dim():
+                    n = int(v.shape[0])
+                    lo, hi = d.get("lengths", [n, n])
+                    d["lengths"] = [min(lo, n), max(hi, n)]
+            else:
+                d["layout"], d["dtype"] = "object", type(v).__name__
         return out
+
+
+class TransferQueueView:
+    """A set of keys as they sit in the TransferQueue, for the tracer (no data is read).
+
+    `trace_fields()` describes each stored field of `keys` the way the trace records a field:
+    storage `transfer_queue`, shape `[samples, longest]` for per-token fields (stored jagged, without
+    padding) or `[samples]` for one value per sample, dtype and device. The trainer hands one to a
+    span where a stage's result lives in the store rather than in a `DataProto` (the `rollout` stage
+    writes the trajectories; `sample` reads them out padded).
+    """
+
+    def __init__(self, tq: TransferQueue, keys: Sequence[str], partition_id: str = "train"):
+        self.tq, self.keys, self.partition_id = tq, list(keys), partition_id
+
+    def trace_fields(self) -> dict[str, dict]:
+        if not self.keys:
+            return {}
+        out = {}
+        for name, d in self.tq.describe(self.keys, self.partition_id).items():
+            shape = [len(self.keys), d["lengths"][1]] if d.get("layout") == "nested" else [len(self.keys)]
+            out[name] = {"storage": "transfer_queue", "shape": shape, "dtype": d.get("dtype", "-"), "device": "cpu",
+                         "_id": ("transfer_queue", id(self.tq), self.partition_id, name)}
+        return out
+

@@ -12,6 +12,6 @@ export OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 TOKENIZERS_PARALLELISM=false HF_HUB_O
 export MINIRL_CACHE=${MINIRL_CACHE:-$PWD/.cache/minirl} MINIRL_NO_PROGRESS=1
 PY=${PYTHON:-.venv/bin/python}
 if [ "${1:-}" = "list" ]; then
-  exec "$PY" -m minirl.trace.reference list
+  exec "$PY" -m minirl.trainer.record_traces list
 fi
-exec "$PY" -m minirl.trace.reference record "$@"
+exec "$PY" -m minirl.trainer.record_traces record "$@"

@@ -27,3 +27,26 @@ def ray_session():
     yield
     if started:
         shutdown_ray()
+
+
+# Two CPU cores: scripts/test.sh runs pytest with `-n 2 --dist loadgroup` (pytest-xdist). Tests that must not
+# run beside each other share a group, and one worker runs a group's tests one after another:
+# - "site": the notebooks execute once (tests/test_notebooks.py) and the site build and the browser test
+#   reuse those executions (docs/hooks/executed_notebooks.py); in one worker they never run twice;
+# - "ray": one private Ray per worker process is enough (a start costs 30-40 s), and multi-process runs
+#   (Ray ranks, torch process groups) would otherwise compete for the same two cores twice over.
+XDIST_GROUPS = {
+    "site": ("test_notebooks.py", "test_site.py", "test_browser.py"),
+    "ray": ("test_single_controller_ray.py", "test_trainer_ray.py", "test_ray_loopback.py",
+            "test_trace_regression.py", "test_engine_torchtitan.py", "test_engine_fsdp.py", "test_trace_ranks.py",
+            "test_rollout_servers.py", "test_async_trainers.py"),
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks to group the node ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        name = item.path.name
+        for group, files in XDIST_GROUPS.items():
+            if name in files:
+                item.add_marker(pytest.mark.xdist_group(group))

@@ -32,15 +32,23 @@ def close(actual, expected, atol=1e-5):
 # ------------------------------------------------------------------------------------ module contract
 
 
-def test_imports_torch_and_numpy_only():
+def test_imports_torch_numpy_and_the_two_leaf_utils_only():
+    """Formulas stand alone: torch, numpy, `minirl.utils.torch_functional` and the config getter, nothing of a run."""
     tree = ast.parse(Path(ca.__file__).read_text())
-    roots = set()
+    roots, minirl_modules = set(), set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             roots |= {a.name.split(".")[0] for a in node.names}
+            minirl_modules |= {a.name for a in node.names if a.name.startswith("minirl")}
         elif isinstance(node, ast.ImportFrom):
             roots.add((node.module or "").split(".")[0])
-    assert roots <= {"__future__", "collections", "enum", "typing", "numpy", "torch"}, roots
+            if (node.module or "").startswith("minirl"):
+                minirl_modules.add(node.module)
+    assert roots <= {"__future__", "collections", "enum", "typing", "numpy", "torch", "minirl"}, roots
+    assert minirl_modules <= {"minirl.utils.torch_functional", "minirl.utils.config"}, minirl_modules
+    for leaf in ("minirl/utils/torch_functional.py", "minirl/utils/config.py"):  # and those import no minirl
+        text = (Path(ca.__file__).parents[2] / leaf).read_text()
+        assert "from minirl" not in text and "import minirl" not in text, leaf
 
 
 def test_every_issue_name_is_registered():
@@ -54,7 +62,13 @@ def test_every_issue_name_is_registered():
         "gpg",
         "opo",
         "grpo_passk",
+        "grpo_vectorized",
+        "rloo_vectorized",
+        "gdpo",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
     }
+    assert {m.value for m in ca.AdvantageEstimator} == set(ca.ADV_ESTIMATOR_REGISTRY)
     assert set(ca.POLICY_LOSS_REGISTRY) == {
         "vanilla",
         "gspo",
@@ -64,6 +78,10 @@ def test_every_issue_name_is_registered():
         "clip_cov",
         "kl_cov",
         "geo_mean",
+        "dppo_tv",
+        "dppo_kl",
+        "dro",
+        "bypass_mode",
     }
     assert ca.get_adv_estimator_fn(ca.AdvantageEstimator.GRPO) is ca.compute_grpo_outcome_advantage
     assert ca.get_adv_estimator_fn("grpo") is ca.compute_grpo_outcome_advantage
@@ -72,11 +90,11 @@ def test_every_issue_name_is_registered():
 
 def test_unknown_names_list_the_registered_ones():
     with pytest.raises(
-        ValueError, match=r"Unknown advantage estimator: 'gdpo'.*'grpo'.*algorithm.adv_estimator"
+        ValueError, match=r"Unknown advantage estimator: 'gdpo2'.*'grpo'.*algorithm.adv_estimator"
     ):
-        ca.get_adv_estimator_fn("gdpo")
-    with pytest.raises(ValueError, match=r"Unsupported loss mode: 'dro'.*'vanilla'.*policy_loss.loss_mode"):
-        ca.get_policy_loss_fn("dro")
+        ca.get_adv_estimator_fn("gdpo2")
+    with pytest.raises(ValueError, match=r"Unsupported loss mode: 'dro2'.*'vanilla'.*policy_loss.loss_mode"):
+        ca.get_policy_loss_fn("dro2")
 
 
 def test_register_new_names():
@@ -212,6 +230,108 @@ def test_grpo_passk_hand_computed():
         ca.compute_grpo_passk_outcome_advantage(outcome_rewards(), MASK, UID, config=NS())
     with pytest.raises(ValueError, match="needs config"):
         ca.compute_grpo_passk_outcome_advantage(r, m, uid)
+
+
+def test_grpo_vectorized_equals_grpo():
+    """Hand-derived check: the scatter version gives grpo's numbers (test_grpo_hand_computed's), group of one too."""
+    for norm in (True, False):
+        loop, _ = ca.compute_grpo_outcome_advantage(outcome_rewards(), MASK, UID, norm_adv_by_std_in_grpo=norm)
+        vec, ret = ca.compute_grpo_vectorized_outcome_advantage(outcome_rewards(), MASK, UID, norm_adv_by_std_in_grpo=norm)
+        close(vec, loop, atol=1e-6)
+        assert ret is vec
+    vec, _ = ca.compute_grpo_vectorized_outcome_advantage(outcome_rewards(), MASK, UID)
+    close(vec[3, 0], 0.7 / (1 + 1e-6))  # row 3 alone: mu 0, sigma 1
+
+
+def test_rloo_vectorized_hand_computed():
+    adv, _ = ca.compute_rloo_vectorized_outcome_advantage(outcome_rewards(), MASK, UID)
+    # (n R_i - S_g) / (n - 1): group a (1,0,0): (3-1)/2, (0-1)/2, (0-1)/2; the group of one gets 0, not 0.7
+    close(adv, per_row([1.0, -0.5, -0.5, 0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="index .* has 2 entries"):
+        ca.compute_rloo_vectorized_outcome_advantage(outcome_rewards(), MASK, UID[:2])
+
+
+def gdpo_case():
+    """4 responses of 2 tokens, groups a (rows 0,1) and b (rows 2,3); two reward columns."""
+    mask = torch.ones(4, 2)
+    columns = {"uid": np.array(["a", "a", "b", "b"], dtype=object),
+               "fmt": np.array([1.0, 0.0, 1.0, 1.0], dtype=object), "acc": np.array([0.0, 2.0, 3.0, 1.0], dtype=object)}
+    tensors = {"prompts": torch.zeros(4, 3, dtype=torch.long), "attention_mask": torch.ones(4, 5, dtype=torch.long)}
+    return mask, columns, tensors
+
+
+def test_gdpo_hand_computed():
+    mask, columns, tensors = gdpo_case()
+    cfg = NS(gdpo_reward_keys=["fmt", "acc"], gdpo_reward_weights=[1.0, 2.0])
+    adv, ret = ca.compute_gdpo_outcome_advantage(torch.zeros(4, 2), mask, columns["uid"], config=cfg,
+                                                 non_tensor_batch=columns, batch=tensors)
+    # GRPO of a pair (x != y) is +-s, s = (|x-y|/2) / (|x-y|/sqrt 2) = 1/sqrt 2; equal pair: 0
+    # fmt: a (+s, -s), b (0, 0); acc: a (-s, +s), b (+s, -s); 1*fmt + 2*acc = (-s, s, 2s, -2s) per token.
+    # Whitening over the 8 tokens (mean 0, unbiased var 20 s^2 / 7) leaves (-1, 1, 2, -2) * sqrt(7/20)
+    close(adv, T([-1.0, 1.0, 2.0, -2.0]).unsqueeze(-1).expand(4, 2) * math.sqrt(7 / 20), atol=1e-5)
+    assert ret is adv
+    # GRPO on the sum fmt + 2 acc = (1, 4 | 7, 3) would rank the pairs the same but scale them by the spread
+    with pytest.raises(ValueError, match="gdpo_reward_weights has 1 weights for 2"):
+        ca.compute_gdpo_outcome_advantage(torch.zeros(4, 2), mask, columns["uid"], config=NS(gdpo_reward_keys=[
+            "fmt", "acc"], gdpo_reward_weights=[1.0]), non_tensor_batch=columns, batch=tensors)
+    with pytest.raises(ValueError, match="names 'format'.*not a column"):
+        ca.compute_gdpo_outcome_advantage(torch.zeros(4, 2), mask, columns["uid"], config=NS(gdpo_reward_keys=[
+            "format"]), non_tensor_batch=columns, batch=tensors)
+    with pytest.raises(ValueError, match="needs algorithm.gdpo_reward_keys"):
+        ca.compute_gdpo_outcome_advantage(torch.zeros(4, 2), mask, columns["uid"], config=NS(),
+                                          non_tensor_batch=columns, batch=tensors)
+
+
+def test_gdpo_without_batch_is_whitened_grpo():
+    grpo, _ = ca.compute_grpo_outcome_advantage(outcome_rewards(), MASK, UID)
+    gdpo, _ = ca.compute_gdpo_outcome_advantage(outcome_rewards(), MASK, UID)
+    close(gdpo, ca.masked_whiten(grpo, MASK) * MASK)
+
+
+def otb_case():
+    """One group of two. Row 0: 4 slots, t=1 an observation, reward 1 at t=3; row 1: 2 tokens, reward 0.
+
+    old p = 0.5 and sum pi^2 = 0.5 on row 0 (w = 1 - 2p + sum pi^2 = 0.5 a token); p = 0.1, 0.3 on row 1
+    (w = 1.1). Cumulative W over unmasked tokens: row 0 (0.5, ., 1.0, 1.5), row 1 (1.1, 2.2).
+    """
+    mask = T([[1.0, 0.0, 1.0, 1.0], [1.0, 1.0, 0.0, 0.0]])
+    rewards = T([[0.0, 0.0, 0.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    old = torch.log(T([[0.5] * 4, [0.1] * 4]))
+    sum_pi2 = T([[0.5] * 4, [0.3] * 4])
+    return rewards, mask, np.array(["g", "g"], dtype=object), old, sum_pi2
+
+
+def test_optimal_token_baseline_hand_computed():
+    r, m, uid, old, q = otb_case()
+    adv, ret = ca.compute_optimal_token_baseline_advantage(r, m, uid, old, q)
+    close(ret, [[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])  # G: reward-to-go (also at the observation t=1)
+    # t=0: B = (1 * 0.5 + 0 * 1.1) / (0.5 + 1.1) = 0.3125; t=1: only row 1 (G 0) -> 0; t>=2: row 0 alone,
+    # and it is the strictly longest (3 tokens vs 2): zero tail from t = 2 -> B = 0 there
+    close(adv, [[1 - 0.3125, 0.0, 1.0, 1.0], [-0.3125, 0.0, 0.0, 0.0]])
+    adv, _ = ca.compute_optimal_token_baseline_advantage(r, m, uid, old, q, handle_zero_tail=False)
+    close(adv[0], [1 - 0.3125, 0.0, 0.0, 0.0])  # row 0 alone at t=2,3: B = its own G, A = 0
+    w = T([[1.0] * 4, [2.0] * 4])  # IS weights scale w by their square: row 1 -> 4.4
+    adv, _ = ca.compute_optimal_token_baseline_advantage(r, m, uid, old, q, rollout_is_weights=w)
+    close(adv[0, 0], 1 - 0.5 / (0.5 + 4.4))
+    adv, _ = ca.compute_optimal_token_baseline_advantage(r[:1], m[:1], uid[:1], old[:1], q[:1])
+    close(adv, ret[:1] * m[:1])  # a group of one: no baseline, A = G on its tokens
+
+
+def test_tir_optimal_token_baseline_aligns_policy_tokens():
+    r, m, uid, old, q = otb_case()
+    adv, ret = ca.compute_multi_turn_optimal_token_baseline_advantage(r, m, uid, old, q)
+    # packed: row 0's tokens (t=0,2,3) are k=0,1,2, row 1's (t=0,1) k=0,1.
+    # k=0: 0.5 / 1.6 = 0.3125; k=1: (1 * 1.0 + 0 * 2.2) / 3.2 = 0.3125; k=2: zero tail -> 0
+    close(adv, [[0.6875, 0.0, 0.6875, 1.0], [-0.3125, -0.3125, 0.0, 0.0]])
+    close(ret, [[1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0]])
+    # OTB compares row 0's third token with nothing (row 1 is masked at t=2); TIR with row 1's second
+    otb, _ = ca.compute_optimal_token_baseline_advantage(r, m, uid, old, q)
+    assert otb[0, 2] == 1.0 and adv[0, 2] == pytest.approx(0.6875)
+    r2, m2 = torch.cat([r, torch.zeros(1, 4)]), torch.cat([m, torch.zeros(1, 4)])  # an empty response
+    adv2, _ = ca.compute_multi_turn_optimal_token_baseline_advantage(
+        r2, m2, np.array(["g", "g", "g"], dtype=object), torch.cat([old, old[:1]]), torch.cat([q, q[:1]]))
+    close(adv2[:2], adv)  # it is left out of the group
+    close(adv2[2], torch.zeros(4))
 
 
 # ------------------------------------------------------------------------------------ token-level estimators
@@ -448,6 +568,120 @@ def test_geo_mean_hand_computed():
     assert (m["actor/pg_clipfrac"], m["actor/pg_clipfrac_lower"]) == (0.0, 0.5)
 
 
+def dppo_case():
+    """p_old = 0.5 everywhere but the last token (0.1); A = +1, +1, -1, -1, -1."""
+    p_old, p = T([[0.5, 0.5, 0.5, 0.5, 0.1]]), T([[0.9, 0.6, 0.2, 0.45, 0.45]])
+    return p_old.log(), p.log().requires_grad_(), T([[1.0, 1.0, -1.0, -1.0, -1.0]]), torch.ones(1, 5)
+
+
+def test_dppo_tv_hand_computed():
+    old, lp, adv, mask = dppo_case()
+    cfg = _Actor(clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0)
+    loss, m = ca.compute_policy_loss_dppo_tv(old, lp, adv, mask, "token-mean", cfg)
+    # p - p_old = 0.4 (A>0: > 0.2, out), 0.1 (in), -0.3 (A<0: < -0.2, out), -0.05 (in), 0.35 (A<0: in)
+    # in: -A sg[min(rho, 3)] log p: -1.2 log .6, +0.9 log .45, + min(4.5, 3) log .45
+    kept = [-1.2 * math.log(0.6), 0.9 * math.log(0.45), 3.0 * math.log(0.45)]
+    close(loss, sum(kept) / 5)
+    assert m["actor/pg_clipfrac"] == pytest.approx(2 / 5)  # outside the trust region
+    assert m["actor/pg_clipfrac_lower"] == pytest.approx(1 / 5)  # rho = 4.5 truncated at c = 3
+    loss.backward()  # the gradient of -A w log p is -A w: PPO's unclipped gradient, 0 outside
+    close(lp.grad, [[0.0, -1.2 / 5, 0.0, 0.9 / 5, 3.0 / 5]])
+
+
+def test_dppo_kl_cuts_a_likely_token_pushed_to_certainty():
+    old, lp = torch.log(T([[0.9, 0.5]])), torch.log(T([[0.999, 0.6]]))
+    adv, mask, cfg = torch.ones(1, 2), torch.ones(1, 2), _Actor()
+    # p: 0.9 -> 0.999 moves the probability by only 0.099 (TV 0.099 <= 0.2: kept by dppo_tv), but the
+    # binary KL 0.9 ln(.9/.999) + 0.1 ln(.1/.001) = 0.367 > 0.2: dppo_kl drops it
+    _, tv = ca.compute_policy_loss_dppo_tv(old, lp, adv, mask, "token-mean", cfg)
+    loss, kl = ca.compute_policy_loss_dppo_kl(old, lp, adv, mask, "token-mean", cfg)
+    assert tv["actor/pg_clipfrac"] == 0.0 and kl["actor/pg_clipfrac"] == 0.5
+    close(loss, -(0.6 / 0.5) * math.log(0.6) / 2)  # only the second token: KL 0.0204 <= 0.2
+    # a token whose probability fell while A > 0 is never cut (it moved against the push)
+    _, kl = ca.compute_policy_loss_dppo_kl(torch.log(T([[0.9]])), torch.log(T([[0.01]])), torch.ones(1, 1),
+                                           torch.ones(1, 1), "token-mean", cfg)
+    assert kl["actor/pg_clipfrac"] == 0.0
+
+
+def test_dro_hand_computed():
+    old, lp = torch.log(T([[0.25]])), torch.log(T([[0.5]])).requires_grad_()  # log-ratio ln 2
+    cfg = NS(policy_loss=NS(dro_beta=0.5))
+    loss, m = ca.compute_policy_loss_dro(old, lp, torch.ones(1, 1), torch.ones(1, 1), "token-mean", cfg)
+    close(loss, -(math.log(0.5) - 0.25 * math.log(2) ** 2))  # -(A log p - beta/2 x^2)
+    loss.backward()
+    close(lp.grad, [[-(1 - 0.5 * math.log(2))]])  # -(A - beta x): the penalty shrinks the step
+    assert m == {"actor/ppo_kl": pytest.approx(-math.log(2))}
+    with pytest.raises(ValueError, match="dro_beta > 0.*got None"):
+        ca.compute_policy_loss_dro(old, lp, torch.ones(1, 1), torch.ones(1, 1), config=NS(policy_loss=NS()))
+
+
+def test_rollout_correction_weights_hand_computed():
+    x, mask = torch.log(T([[3.0, 1.0, 0.25, 7.0]])), T([[1.0, 1.0, 1.0, 0.0]])
+    w, m = ca.compute_rollout_correction_weights(x, mask, "token", 2.0)
+    close(w, [[2.0, 1.0, 0.25, 0.0]])  # truncated at 2; the masked token is 0
+    assert m["rollout_is_ratio_fraction_high"] == pytest.approx(1 / 3)  # 3 > 2
+    assert m["rollout_is_ratio_fraction_low"] == pytest.approx(1 / 3)  # 0.25 < 1/2
+    assert m["rollout_is_mean"] == pytest.approx(3.25 / 3)
+    w, _ = ca.compute_rollout_correction_weights(x, mask, "token", "0.5_2.0")
+    close(w, [[0.0, 1.0, 0.0, 0.0]])  # IcePop: zero outside [0.5, 2]
+    w, _ = ca.compute_rollout_correction_weights(x, mask, "sequence", 5.0)
+    close(w, [[0.75, 0.75, 0.75, 0.0]])  # exp(ln 3 + 0 + ln .25) for every token of the response
+    w, m = ca.compute_rollout_correction_weights(x, mask, "token", 2.0, rollout_is_batch_normalize=True)
+    close(w, T([[2.0, 1.0, 0.25, 0.0]]) / (3.25 / 3))
+    assert m["rollout_is_batch_norm_factor"] == pytest.approx(3.25 / 3)
+    with pytest.raises(ValueError, match="rollout_is_threshold='2_1'"):
+        ca.compute_rollout_correction_weights(x, mask, "token", "2_1")
+    with pytest.raises(ValueError, match="rollout_is='tokens'"):
+        ca.compute_rollout_correction_weights(x, mask, "tokens", 2.0)
+
+
+def test_rollout_rejection_mask_hand_computed():
+    x, mask = torch.log(T([[3.0, 1.0, 0.6], [1.1, 0.9, 1.0]])), torch.ones(2, 3)
+    # token_k1 keeps -log r in [ln(1/2), ln 2]: ratios 3 out, 1 and 0.6 in
+    kept, m = ca.compute_rollout_rejection_mask(x, mask, "token_k1", 2.0)
+    close(kept, [[0.0, 1.0, 1.0], [1.0, 1.0, 1.0]])
+    assert m["rollout_rs_masked_fraction"] == pytest.approx(1 / 6)
+    assert m["rollout_rs_seq_masked_fraction"] == pytest.approx(1 / 2)
+    # seq_max_k2: max 0.5 (log r)^2 per response: row 0 0.60 > 0.1 (dropped whole), row 1 0.007
+    kept, _ = ca.compute_rollout_rejection_mask(x, mask, "seq_max_k2", 0.1)
+    close(kept, [[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]])
+    with pytest.raises(ValueError, match=r"option\(s\) \['token_k4'\] unknown"):
+        ca.compute_rollout_rejection_mask(x, mask, "token_k4", 1.0)
+    with pytest.raises(ValueError, match="needs rollout_rs_threshold"):
+        ca.compute_rollout_rejection_mask(x, mask, "token_k2", None)
+
+
+def bypass_config(**rc):
+    return _Actor(clip_ratio_high=0.28) if rc is None else NS(
+        clip_ratio=0.2, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0, global_batch_info={},
+        policy_loss=NS(rollout_correction=NS(**rc)))
+
+
+def test_bypass_mode_dispatch():
+    old, lp, adv, mask = vanilla_case()
+    lp = lp.detach()
+    vanilla, _ = ca.compute_policy_loss_vanilla(old, lp, adv, mask, "token-mean", bypass_config())
+    loss, m = ca.compute_policy_loss_bypass_mode(old, lp, adv, mask, "token-mean",
+                                                 bypass_config(rollout_is="sequence", rollout_is_threshold=2.0))
+    close(loss, vanilla)  # ppo_clip: the ratio already is the IS weight; the weights are only measured
+    assert "rollout_corr/rollout_is_mean" in m and "actor/pg_clipfrac" in m and "rollout_corr/kl" in m
+    # reinforce with token weights min(rho, 2): -A log pi w, aggregated over the unmasked tokens
+    loss, _ = ca.compute_policy_loss_bypass_mode(
+        old, lp, adv, mask, "token-sum", bypass_config(loss_type="reinforce", rollout_is="token", rollout_is_threshold=2.0))
+    rho = torch.exp(lp - old).clamp(max=2.0)
+    close(loss, (-adv * lp * rho * mask).sum())
+    # rejection: token_k1 with ratio bounds [0.4, 2] drops the rho = 5 token (and the masked one stays out)
+    loss, m = ca.compute_policy_loss_bypass_mode(
+        old, lp, adv, mask, "token-sum",
+        bypass_config(loss_type="reinforce", rollout_is=None, rollout_rs="token_k1", rollout_rs_threshold="0.4_2.0"))
+    close(loss, (-adv * lp * T([[1.0, 1.0, 0.0, 1.0, 0.0, 1.0]])).sum())
+    assert m["rollout_corr/rollout_rs_masked_fraction"] == pytest.approx(1 / 5)
+    with pytest.raises(ValueError, match="policy_loss.rollout_correction.*missing"):
+        ca.compute_policy_loss_bypass_mode(old, lp, adv, mask, config=NS(policy_loss=NS()))
+    with pytest.raises(ValueError, match="loss_type='pg'"):
+        ca.compute_policy_loss_bypass_mode(old, lp, adv, mask, config=bypass_config(loss_type="pg"))
+
+
 @pytest.mark.parametrize("name", sorted(ca.POLICY_LOSS_REGISTRY))
 def test_policy_loss_contract(name):
     """Every registered loss: a finite scalar with a gradient, and verl's metric keys."""
@@ -462,14 +696,17 @@ def test_policy_loss_contract(name):
         clip_ratio_c=3.0,
         tau_pos=1.0,
         tau_neg=1.05,
-        policy_loss=NS(),
+        policy_loss=NS(dro_beta=0.1, rollout_correction=NS(rollout_is="sequence", rollout_is_threshold=2.0)),
         global_batch_info={},
     )
     loss, metrics = ca.get_policy_loss_fn(name)(old, lp, adv, mask, "token-mean", cfg)
     assert loss.dim() == 0 and torch.isfinite(loss)
     loss.backward()
     assert lp.grad is not None and torch.isfinite(lp.grad).all()
-    expected = {"gpg": set(), "kl_cov": {"actor/ppo_kl"}, "clip_cov": {"actor/pg_clipfrac", "actor/ppo_kl"}}
+    expected = {"gpg": set(), "kl_cov": {"actor/ppo_kl"}, "clip_cov": {"actor/pg_clipfrac", "actor/ppo_kl"},
+                "dro": {"actor/ppo_kl"}}
+    if name == "bypass_mode":  # the PPO metrics plus the rollout-correction ones
+        metrics = {k: v for k, v in metrics.items() if not k.startswith("rollout_corr/")}
     assert set(metrics) == expected.get(
         name, {"actor/pg_clipfrac", "actor/ppo_kl", "actor/pg_clipfrac_lower"}
     )

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from minirl.data import (
+    DataError,
     RLDataset,
     collate_fn,
     collate_to_dataproto,
@@ -231,16 +232,16 @@ def test_filter_overlong_prompts(rows_file, tokenizer):
         RLDataset(path, tokenizer, {"max_prompt_length": 10, "filter_overlong_prompts": True})
 
 
-def test_overlong_prompt_with_truncation_error_says_what_to_change(rows_file, tokenizer):
+def test_overlong_prompt_with_truncation_error_fails_at_load_and_says_what_to_change(rows_file, tokenizer):
     path, _ = rows_file
-    ds = RLDataset(path, tokenizer, {"max_prompt_length": 64, "filter_overlong_prompts": False})
-    assert len(ds) == 3 and len(ds[0]["raw_prompt_ids"]) == 33
-    with pytest.raises(ValueError) as err:
-        ds[2]
+    with pytest.raises(DataError) as err:  # at load, not when the prompt's batch comes up
+        RLDataset(path, tokenizer, {"max_prompt_length": 64, "filter_overlong_prompts": False})
     message = str(err.value)
-    for part in ("prompt 2", "extra_info.index=9", "115 tokens", "data.max_prompt_length=64"):
+    for part in (path, "row 2", "extra_info.index=9", "115-token prompt", "data.max_prompt_length=64", "1 of 3"):
         assert part in message
     assert "data.filter_overlong_prompts=True" in message and "data.truncation" in message
+    ds = RLDataset(path, tokenizer, {"max_prompt_length": 115, "filter_overlong_prompts": False})
+    assert len(ds) == 3 and len(ds[2]["raw_prompt_ids"]) == 115
 
 
 def test_truncation_modes(rows_file, tokenizer):
@@ -263,7 +264,7 @@ def test_max_samples_and_prompt_key(rows_file, tokenizer):
         path, tokenizer, {"max_prompt_length": 200, "shuffle": True, "seed": 1}, max_samples=2
     )
     assert len(shuffled) == 2
-    with pytest.raises(KeyError, match="data.prompt_key"):
+    with pytest.raises(DataError, match="no 'question' column .*data.prompt_key"):
         RLDataset(path, tokenizer, {"prompt_key": "question"})
 
 
@@ -366,3 +367,58 @@ def test_gsm8k_script_on_files_and_folders(tmp_path, capsys):
             str(tmp_path / "data" / "train.parquet"), build_tokenizer(), {"max_prompt_length": 512}
         )
     assert ds[0]["reward_model"]["ground_truth"] == "72"
+
+
+# ----------------------------------------------------------------------- truncation reaches the rollout
+
+
+@pytest.fixture(scope="module")
+def spied_rollout():
+    """The hf rollout of the embedded tiny model, recording the prompt ids of every request it gets."""
+    from minirl.config import load
+    from minirl.models import resolve_model_path
+    from minirl.workers.rollout.hf_rollout import HFRollout
+
+    cfg = load(["actor_rollout_ref.model.path=minirl://tiny-qwen2", "actor_rollout_ref.rollout.n=2",
+                "data.max_response_length=4", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4"])
+    rollout = HFRollout(cfg.actor_rollout_ref.rollout, resolve_model_path(cfg.actor_rollout_ref.model.path))
+    seen = []
+    generate = rollout.generate
+
+    def spy(prompts, sampling_params):
+        seen.extend(list(p) for p in prompts)
+        return generate(prompts, sampling_params)
+
+    rollout.generate = spy
+    return cfg, rollout, seen
+
+
+@pytest.mark.parametrize("truncation", ["left", "right", "middle"])
+def test_the_rollout_gets_the_ids_the_dataset_truncated(truncation, rows_file, tokenizer, spied_rollout):
+    from minirl.agent_loop import AgentLoopManagerTQ, new_uids
+    from minirl.trainer.ppo.replay_buffer import ReplayBuffer, submit_prompts
+    from minirl.transfer_queue import TransferQueue, kv_batch_get_padded
+
+    cfg, rollout, seen = spied_rollout
+    path, _ = rows_file
+    data_cfg = {"max_prompt_length": 40, "filter_overlong_prompts": False, "truncation": truncation}
+    ds = RLDataset(path, tokenizer, data_cfg)
+    full = _template(tokenizer, "x" * 96)  # row 2: 115 tokens, cut to 40
+    expected = {"left": full[-40:], "right": full[:40], "middle": full[:20] + full[-20:]}[truncation]
+    assert ds[2]["raw_prompt_ids"] == expected
+
+    prompts = collate_to_dataproto([ds[i] for i in range(len(ds))])
+    prompts.non_tensor_batch["uid"] = new_uids(len(prompts))
+    prompts.meta_info.update(global_steps=1, validate=False)
+    tq = TransferQueue()
+    submit_prompts(tq, list(prompts.non_tensor_batch["uid"]), global_steps=1)
+    seen.clear()
+    AgentLoopManagerTQ(cfg, tokenizer, rollout, tq=tq).generate_sequences(prompts)
+    # what the rollout was asked to continue: each prompt's dataset ids, twice (rollout.n=2)
+    assert sorted(seen) == sorted([ds[i]["raw_prompt_ids"] for i in range(3) for _ in range(2)])
+    assert expected in seen
+    meta, _ = ReplayBuffer(tq).sample(global_steps=1, batch_size=3)
+    out = kv_batch_get_padded(tq, meta, 40, 4, tokenizer.pad_token_id)
+    trained = [out.batch["prompts"][i][out.batch["attention_mask"][i, :40].bool()].tolist() for i in range(len(out))]
+    assert sorted(trained) == sorted(seen)  # and the padded batch the trainer learns from holds the same ids

@@ -355,3 +355,20 @@ def test_cosine_schedule_with_warmup_ratio_and_min_lr():
 def test_unknown_scheduler_is_reported():
     with pytest.raises(ValueError, match="lr_scheduler_type='linear' is not supported"):
         make_engine(tiny_lm(), lr_scheduler_type="linear")
+
+
+def test_gradient_checkpointing_gives_the_same_gradients():
+    """`model.enable_gradient_checkpointing` recomputes activations in backward; the gradients stay the same."""
+    base = tiny_lm()
+    grads = {}
+    for ckpt in (False, True):
+        engine = FSDPEngineWithLMHead({"module": copy.deepcopy(base), "enable_gradient_checkpointing": ckpt},
+                                      {"strategy": "fsdp", "seed": 0, "device": "cpu"}, {"lr": 1e-3})
+        engine.initialize()
+        assert engine.module.is_gradient_checkpointing == ckpt
+        with engine.train_mode(zero_grad_on_exit=False):
+            engine.optimizer_zero_grad()
+            engine.forward_backward_batch(make_batch(), token_mean_pg_loss)
+        grads[ckpt] = {n: p.grad.clone() for n, p in engine.module.named_parameters()}
+    for name in grads[False]:
+        torch.testing.assert_close(grads[True][name], grads[False][name], atol=1e-6, rtol=1e-5)

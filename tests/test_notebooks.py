@@ -3,7 +3,12 @@
 1. Every notebook under chapters/ and labs/ is committed without outputs, and its first code cell is the
    one parameter cell (tagged `parameters`).
 2. Every notebook executes top to bottom with nbclient, in its own folder, with the settings of that
-   parameter cell (slow: one kernel per notebook; the wall time of each is printed).
+   parameter cell (slow: one kernel per notebook; the wall time of each is printed). Labs run with
+   `MINIRL_LAB_SOLUTIONS=1`, which fills in their worked solutions; they are committed with
+   `SOLUTION = False` (the reader's copy shows no answers).
+   Each notebook executes once per pytest session: the run (docs/hooks/executed_notebooks.py) writes
+   the executed copy that the site build renders (tests/test_site.py), and whichever of the two
+   needs a notebook first runs it, the other reuses that run.
 3. The pages the site's browser test opens (chapter 01, lab 01) show at least one plot image and one
    HTML table once executed, and a notebook leaves no file behind in the repository.
 
@@ -13,17 +18,24 @@ verl citations inside the notebooks are checked by tests/test_anchors.py (it sca
 from __future__ import annotations
 
 import json
-import time
+import re
+import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "docs" / "hooks"))
+import executed_notebooks as executed  # runs a notebook once, keeps the executed copy
+
+executed.start_session()  # this session's executed copies serve the site build it starts (tests/test_site.py)
 NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("labs/*.ipynb"))
 IDS = [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
 # Pages whose rendered output the site's browser test inspects for a figure and a trace table.
 NEEDS_PLOT_AND_TABLE = {"chapters/01_sync_grpo_run_overview.ipynb", "labs/01_trace_config_and_batch.ipynb"}
 PER_NOTEBOOK_LIMIT_S = 150  # the target is < 60 s each on 2 busy cores; this only catches runaways
+LABS = [p for p in NOTEBOOKS if p.parent.name == "labs"]
+SOLUTION_ON = re.compile(r"^\s*SOLUTION\s*=\s*True\b", re.MULTILINE)
 
 
 def _code_cells(nb: dict) -> list[dict]:
@@ -35,6 +47,16 @@ def test_the_first_reading_rounds_exist():
     for want in ["01_sync_grpo_run_overview.ipynb", "02_config_and_hydra.ipynb",
                  "03_data_protocol_and_batch_lifecycle.ipynb", "01_trace_config_and_batch.ipynb"]:
         assert want in names, f"{want} is missing from chapters/ or labs/ (found {sorted(names)})"
+
+
+def test_notebooks_run_in_one_xdist_worker(request):
+    """Under `--dist loadgroup` (scripts/test.sh) this file's tests carry the `site` group, so that the
+    notebooks and the site build share one worker and each notebook executes once (tests/conftest.py)."""
+    if not getattr(request.config.option, "loadgroup", False):
+        pytest.skip("not run with pytest-xdist --dist loadgroup")
+    assert request.node.nodeid.endswith("@site"), (
+        f"{request.node.nodeid}: the xdist group was not applied (pytest {pytest.__version__}); pytest 9.2 + "
+        "pytest-xdist 3.8 drop it, see the dev extra's pin in pyproject.toml")
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
@@ -67,23 +89,30 @@ def test_every_section_is_there(path):
     assert "verl/" in text and ".py:" in text, f"{path.name}: no `verl/<path>.py:LINE` citation in the prose"
 
 
+@pytest.mark.parametrize("path", LABS, ids=[str(p.relative_to(ROOT)) for p in LABS])
+def test_lab_committed_without_solutions(path):
+    cells = [i for i, c in enumerate(json.loads(path.read_text())["cells"])
+             if c["cell_type"] == "code" and SOLUTION_ON.search("".join(c["source"]))]
+    assert not cells, (f"{path.name}: cell(s) {cells} set SOLUTION = True; commit labs with SOLUTION = False "
+                       f"(the reader's copy shows no answers; CI runs them with {executed.LAB_SOLUTIONS_ENV}=1)")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=IDS)
 def test_notebook_executes(path, capsys):
-    nbformat = pytest.importorskip("nbformat")
-    nbclient = pytest.importorskip("nbclient")
-    nb = nbformat.read(path, as_version=4)
-    before = {p.name for p in path.parent.iterdir()}
-    client = nbclient.NotebookClient(nb, kernel_name="python3", timeout=300, allow_errors=False,
-                                     resources={"metadata": {"path": str(path.parent)}})
-    t0 = time.perf_counter()
-    client.execute()
-    wall = time.perf_counter() - t0
+    pytest.importorskip("nbformat")
+    pytest.importorskip("nbclient")
+    run, ran_now = executed.execute_once(path)
+    how = f" with {executed.LAB_SOLUTIONS_ENV}=1" if executed.is_lab(path) else ""
+    who = "" if ran_now else " (earlier in this session, for the site build)"
     with capsys.disabled():
-        print(f"\n[notebook] {path.relative_to(ROOT)} executed in {wall:.1f} s")
-    left = {p.name for p in path.parent.iterdir()} - before
-    assert not left, f"{path.name} wrote {sorted(left)} into {path.parent}; write run outputs to a temp dir"
-    assert wall < PER_NOTEBOOK_LIMIT_S, f"{path.name} took {wall:.0f} s (target < 60 s with the parameter cell's settings)"
+        print(f"\n[notebook] {path.relative_to(ROOT)} executed{how} in {run.wall_s:.1f} s{who}")
+    assert run.error is None, f"{path.name} failed to execute:\n{run.error[-8000:]}"
+    left = run.left_behind
+    assert not left, f"{path.name} wrote {left} into {path.parent}; write run outputs to a temp dir"
+    assert run.wall_s < PER_NOTEBOOK_LIMIT_S, \
+        f"{path.name} took {run.wall_s:.0f} s (target < 60 s with the parameter cell's settings)"
+    nb = run.nb
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     if str(path.relative_to(ROOT)) in NEEDS_PLOT_AND_TABLE:
         assert any("image/png" in o.get("data", {}) for o in outputs), f"{path.name}: no plot in the outputs"
@@ -104,6 +133,38 @@ def test_check_answer_says_what_to_do_and_what_the_run_did(capsys):
         check_answer("q", 31, 32, hint="hint")
 
 
+def test_check_answer_lab_fills_in_solutions_only_when_they_are_on(tmp_path, monkeypatch, capsys):
+    from minirl.notebook import Lab
+    from minirl.notebook.checks import SOLUTIONS_ENV
+
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "solutions" / "lab_x.py").write_text(
+        'def exercise_1(nb):\n    """N * 2: two per item."""\n    return nb["N"] * 2\n'
+        "def exercise_2(nb):\n    return 0\n")
+    monkeypatch.chdir(tmp_path)  # the kernel runs in the notebook's folder, next to solutions/
+    monkeypatch.delenv(SOLUTIONS_ENV, raising=False)
+    ns = {"N": 16}
+    off = Lab("lab_x", ns, solution=False)
+    assert off.check(1, "items", None, 32) is False and off.scoreboard[-1]["result"] == "not answered"
+    assert off.scoreboard[-1]["the run says"] == "(answer first)"  # the reader's copy shows no answer
+    assert "[not answered] 1 items" in capsys.readouterr().out
+    assert off.check(1, "items", 32, 32) is True and off.scoreboard[-1]["result"] == "right"
+    monkeypatch.setenv(SOLUTIONS_ENV, "1")
+    on = Lab("lab_x", ns)
+    assert on.check(1, "items", None, 32) is True
+    out = capsys.readouterr().out
+    assert f"solutions on ({SOLUTIONS_ENV}=1)" in out and "[solution] 1 items: 32  # N * 2: two per item." in out
+    assert "[ok] 1 items: 32" in out and on.scoreboard[-1]["result"] == "solution shown"
+    with pytest.raises(AssertionError, match="your answer 0 differs from the run's 5"):
+        on.check(2, "a wrong worked solution fails like a wrong answer", None, 5)
+    with pytest.raises(AttributeError, match="has no exercise_3"):
+        on.check(3, "missing", None, 1)
+    monkeypatch.delenv(SOLUTIONS_ENV)
+    assert Lab("lab_x", ns, solution=True).check(1, "items", None, 32) is True  # SOLUTION = True in the notebook
+    with pytest.raises(FileNotFoundError, match="no worked solutions for lab 'nope'"):
+        Lab("nope", ns, solution=True).solution(1)
+
+
 def test_small_overrides_default_to_two_optimizer_steps_and_four_micro_batches():
     from minirl.config import derived_numbers, load
     from minirl.notebook import small_overrides
@@ -115,12 +176,32 @@ def test_small_overrides_default_to_two_optimizer_steps_and_four_micro_batches()
     assert (d.sequences_per_step, d.optimizer_steps_per_step, d.micro_batches_per_mini_batch) == (32, 2, 4)
 
 
+@pytest.mark.slow
+def test_small_run_works_inside_a_running_event_loop():
+    """A Jupyter kernel runs cells inside an asyncio loop; the trainer's coroutines must still run."""
+    import asyncio
+
+    from minirl.config.introspect import config_readers
+    from minirl.notebook import small_run
+
+    async def cell():
+        asyncio.get_running_loop()  # as in a notebook cell
+        return small_run(train_batch_size=2, n=2, response_length=4, steps=1)
+
+    run = asyncio.run(cell())
+    assert sorted(run.batches) == [1] and len(run.batches[1]) == 4  # kept by the step callback
+    assert run.stage("update_actor", step=1)["extra"]["optimizer_steps"] >= 1
+    assert "trainer (controller)" in config_readers(run.config_reads, "data.train_batch_size")
+    assert "actor / critic worker" in config_readers(run.config_reads, "actor_rollout_ref.actor.optim.lr")
+
+
 def test_compartment_and_config_changes():
     import numpy as np
     import torch
 
     from minirl.config import load
-    from minirl.notebook import compartment, config_changes
+    from minirl.config.introspect import config_changes
+    from minirl.notebook import compartment
     from minirl.protocol import DataProto
 
     data = DataProto.from_dict(tensors={"responses": torch.zeros(2, 3)}, non_tensors={"uid": np.array(["a", "a"])},
@@ -138,7 +219,11 @@ def test_compartment_and_config_changes():
 
 
 def test_plot_batch_split_rejects_a_split_that_does_not_divide():
-    from minirl.notebook import plot_batch_split
+    from minirl.trace.plots import plot_batch_split
 
     with pytest.raises(ValueError, match="do not split"):
         plot_batch_split(32, 16, 3)
+    ax = plot_batch_split(32, 16, 4, dp=2).axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["rank 0", "rank 1"]
+    assert len(ax.patches) == 2 * 2  # 2 mini-batches x 2 ranks
+    assert ax.get_title() == "32 sequences -> 2 mini-batches of 16 -> 8 per rank -> 2 micro-batches"

@@ -8,9 +8,18 @@ import torch
 from tensordict import TensorDict
 
 from minirl.protocol import (
+    SERIALIZATION_METHOD_ENV,
     DataProto,
+    DataProtoError,
     DataProtoItem,
+    DataProtoKeyError,
+    deserialize_single_tensor,
+    deserialize_tensordict,
+    fold_batch_dim,
     pad_dataproto_to_divisor,
+    serialize_single_tensor,
+    serialize_tensordict,
+    unfold_batch_dim,
     union_numpy_dict,
     union_tensor_dict,
     unpad_dataproto,
@@ -349,7 +358,7 @@ def test_concat_rows_and_metrics_gathering():
 
 
 def test_concat_conflicts():
-    pattern = r"meta_info\['temperature'\] differs between inputs \(1.0 vs 0.5 in input 1\)"
+    pattern = r"Conflicting values for meta_info key 'temperature' \(1.0 vs 0.5 in input 1\)"
     with pytest.raises(ValueError, match=pattern):
         DataProto.concat([make(2), make(2, meta={"temperature": 0.5})])
     other = make(2)
@@ -418,10 +427,10 @@ def test_make_iterator_counts_and_order():
 
 
 def test_make_iterator_seed_is_deterministic():
-    data = make(8)
-    first = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=1)]
-    second = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=1)]
-    other = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=2)]
+    data, shuffle = make(8), {"shuffle": True}
+    first = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=1, dataloader_kwargs=shuffle)]
+    second = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=1, dataloader_kwargs=shuffle)]
+    other = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=2, seed=2, dataloader_kwargs=shuffle)]
     assert first == second and first != other
     epoch0, epoch1 = first[0] + first[1], first[2] + first[3]
     assert sorted(epoch0) == sorted(epoch1) == list(range(8))  # each epoch sees every row once
@@ -454,3 +463,265 @@ def test_get_data_info_is_the_repr():
     data = make(2)
     assert data.get_data_info() == repr(data)
     assert repr(DataProto()).splitlines()[0] == "DataProto with 0 samples"
+
+
+# ---------------------------------------------------------------- verl's contract: errors verl raises by assert
+
+
+def test_error_classes_are_also_assertion_errors():
+    assert issubclass(DataProtoError, ValueError) and issubclass(DataProtoError, AssertionError)
+    assert issubclass(DataProtoKeyError, KeyError) and issubclass(DataProtoKeyError, AssertionError)
+    with pytest.raises(DataProtoKeyError) as info:
+        make(2).pop(batch_keys=["nope"])
+    assert str(info.value).startswith("DataProto.pop: key 'nope'")  # the message, not KeyError's repr
+
+
+@pytest.mark.parametrize(
+    ("action", "pattern"),
+    [
+        (lambda: make(5).chunk(2), "batch size 5 is not divisible by 2 chunks"),
+        (lambda: make(3).union(DataProto.from_dict({"reward": torch.ones(3)})), "batch key 'reward'"),
+        (lambda: make(3).union(DataProto.from_dict(non_tensors={"uid": list("abc")})), "key 'uid'"),
+        (lambda: make(2).union(DataProto.from_dict(meta_info={"temperature": 2.0})), "key 'temperature'"),
+        (lambda: DataProto.concat([make(2), make(2, meta={"temperature": 0.1})]), "Conflicting values"),
+        (lambda: DataProto.from_dict({"a": torch.zeros(2), "b": torch.zeros(3)}), "has batch size 3"),
+        (lambda: make(4).make_iterator(mini_batch_size=3, epochs=1), "not divisible by mini_batch_size 3"),
+    ],
+)
+def test_assert_sites_raise_something_verl_code_catches(action, pattern):
+    with pytest.raises(AssertionError, match=pattern):  # what verl's callers and tests expect
+        action()
+    with pytest.raises(ValueError, match=pattern):  # what minirl's callers expect
+        action()
+
+
+def test_union_numpy_dict_compares_deep_and_cyclic_values():
+    nested = np.array([[[np.array([1, 2])]], [[np.array([3.0, np.nan])]]], dtype=object)
+    union_numpy_dict({"x": nested}, {"x": nested.copy()})  # equal, NaN included: fine
+    changed = nested.copy()
+    changed[1, 0, 0] = np.array([3.0, 4.0])
+    with pytest.raises(DataProtoError, match="non_tensor_batch key 'x'"):
+        union_numpy_dict({"x": nested}, {"x": changed})
+    loop_a, loop_b = np.empty(1, dtype=object), np.empty(1, dtype=object)
+    loop_a[0], loop_b[0] = loop_a, loop_b  # each array holds itself
+    union_numpy_dict({"x": loop_a}, {"x": loop_b})  # same structure: equal, and no RecursionError
+    with pytest.raises(DataProtoError):
+        union_numpy_dict({"x": loop_a}, {"x": np.array([None], dtype=object)})
+
+
+# ---------------------------------------------------------------- construction arguments verl takes
+
+
+def test_from_dict_num_batch_dims_and_auto_padding():
+    tensors = {"obs": torch.zeros(4, 3), "act": torch.zeros(4, 3, 2)}
+    assert list(DataProto.from_dict(tensors, num_batch_dims=1).batch.batch_size) == [4]
+    for dims in (0, 2):
+        with pytest.raises(DataProtoError, match=f"num_batch_dims={dims} is not supported"):
+            DataProto.from_dict(tensors, num_batch_dims=dims)
+    assert len(DataProto.from_dict(tensors, auto_padding=False)) == 4
+    with pytest.raises(ValueError, match="auto_padding=True is not supported in minirl; pad before chunk"):
+        DataProto.from_dict(tensors, auto_padding=True)
+    with pytest.raises(ValueError, match="auto_padding=True"):
+        DataProto.from_single_dict(tensors, auto_padding=True)
+
+
+def test_len_without_tensors_and_none_compartments():
+    objects = DataProto(batch=None, non_tensor_batch={"uid": np.array(list("abc"), dtype=object)})
+    assert len(objects) == 3
+    empty = DataProto(batch=None, non_tensor_batch=None, meta_info=None)
+    assert len(empty) == 0 and empty.non_tensor_batch == {} and empty.meta_info == {}
+
+
+class Rollout(DataProto):
+    """A DataProto subclass, at module level so pickle can find it."""
+
+
+def test_subclass_survives_every_operation():
+    data = Rollout.from_single_dict({"obs": torch.arange(4), "uid": list("abcd")})
+    results = [data, data[1:3], data[[0, 1]], data.select(), data.repeat(2), data.sample_level_repeat([1] * 4),
+               data.unfold_column_chunks(2), *data.chunk(2), Rollout.concat(data.chunk(2)), fold_batch_dim(data, 2),
+               unfold_batch_dim(fold_batch_dim(data, 2)), Rollout.from_tensordict(data.to_tensordict()),
+               pickle.loads(pickle.dumps(data)), data.pop(non_tensor_batch_keys=["uid"])]
+    assert all(type(r) is Rollout for r in results)
+
+
+# ---------------------------------------------------------------- row operations verl has
+
+
+@pytest.mark.parametrize("counts", [[2, 0, 1], (2, 0, 1), np.array([2, 0, 1]), torch.tensor([2, 0, 1])])
+def test_sample_level_repeat_counts_per_row(counts):
+    data = make(3)
+    out = data.sample_level_repeat(counts)
+    assert rows(out) == [0, 0, 2]  # row 1 repeated 0 times is dropped
+    assert out.meta_info == data.meta_info and len(data) == 3
+
+
+def test_sample_level_repeat_errors():
+    with pytest.raises(DataProtoError, match=r"shape \(2,\); it needs one count per row, shape \(3,\)"):
+        make(3).sample_level_repeat([1, 2])
+    with pytest.raises(DataProtoError, match=r"non-negative integers, got \[1, -1\]"):
+        make(2).sample_level_repeat([1, -1])
+    with pytest.raises(DataProtoError, match="must be a list, tuple, numpy array or tensor of counts, got int"):
+        make(2).sample_level_repeat(2)
+
+
+def test_unfold_column_chunks_splits_named_fields_and_repeats_the_rest():
+    data = DataProto.from_dict(
+        tensors={"pair": torch.tensor([[1, 2, 3, 4], [5, 6, 7, 8]]), "ctx": torch.tensor([10, 20]),
+                 "grid": torch.arange(16).reshape(2, 4, 2)},
+        non_tensors={"uid": ["a", "b"], "steps": [["s1", "s2"], ["t1", "t2"]],
+                     "wide": np.array([["x1", "x2"], ["y1", "y2"]], dtype=object)},
+        meta_info={"k": 1},
+    )
+    out = data.unfold_column_chunks(2, split_keys=["pair", "grid", "steps", "wide"])
+    assert out.batch["pair"].tolist() == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    assert out.batch["grid"].tolist() == [[[0, 1], [2, 3]], [[4, 5], [6, 7]], [[8, 9], [10, 11]], [[12, 13], [14, 15]]]
+    assert out.batch["ctx"].tolist() == [10, 10, 20, 20]  # not split: repeated so rows line up
+    assert out.non_tensor_batch["uid"].tolist() == ["a", "a", "b", "b"]
+    assert out.non_tensor_batch["steps"].tolist() == [["s1"], ["s2"], ["t1"], ["t2"]]  # each list cut
+    assert out.non_tensor_batch["wide"].tolist() == [["x1"], ["x2"], ["y1"], ["y2"]]  # 2-d: cut along dim 1
+    assert out.meta_info == {"k": 1} and len(data) == 2
+    assert rows(make(2).unfold_column_chunks(3)) == [0, 0, 0, 1, 1, 1]  # no split_keys: all repeated
+
+
+def test_unfold_column_chunks_errors():
+    data = make(2)
+    with pytest.raises(DataProtoError, match=r"'obs' has 2 columns \(dim 1\), which do not split into n_split=3"):
+        data.unfold_column_chunks(3, split_keys=["obs"])
+    with pytest.raises(DataProtoError, match="'reward' has shape \\(2,\\), with no dim 1 to split"):
+        data.unfold_column_chunks(2, split_keys=["reward"])
+    with pytest.raises(DataProtoError, match=r"'uid'\[0\] is not a list, tuple or array"):
+        data.unfold_column_chunks(2, split_keys=["uid"])
+    with pytest.raises(DataProtoKeyError, match="key 'nope' is not in batch or non_tensor_batch"):
+        data.unfold_column_chunks(2, split_keys=["nope"])
+    with pytest.raises(DataProtoError, match="n_split must be positive, got 0"):
+        data.unfold_column_chunks(0)
+
+
+def test_fold_groups_rows_and_unfold_undoes_it():
+    data = make(3).repeat(2, interleave=True)  # rows 0 0 1 1 2 2: two responses per prompt
+    folded = fold_batch_dim(data, new_batch_size=3)
+    assert len(folded) == 3 and list(folded.batch.batch_size) == [3]
+    assert folded.batch["obs"].shape == (3, 2, 2) and folded.non_tensor_batch["uid"].shape == (3, 2)
+    assert folded.non_tensor_batch["uid"].tolist() == [["u0", "u0"], ["u1", "u1"], ["u2", "u2"]]
+    folded.reorder(torch.tensor([2, 0, 1]))  # moves whole groups
+    flat = unfold_batch_dim(folded, batch_dims=2)
+    assert rows(flat) == [2, 2, 0, 0, 1, 1] and flat.non_tensor_batch["uid"].shape == (6,)
+    assert flat.meta_info == data.meta_info
+    assert rows(data) == [0, 0, 1, 1, 2, 2] and data.non_tensor_batch["uid"].shape == (6,)  # input untouched
+
+
+def test_fold_unfold_errors():
+    with pytest.raises(DataProtoError, match="batch size 4 is not divisible by new_batch_size 3"):
+        fold_batch_dim(make(4), 3)
+    uneven = DataProto.from_dict(tensors={"a": torch.zeros(2, 3), "b": torch.zeros(2, 4)})
+    with pytest.raises(DataProtoError, match=r"first 2 dims of 'b' \(shape \(2, 4\)\); every field must start"):
+        unfold_batch_dim(uneven, batch_dims=2)
+
+
+# ---------------------------------------------------------------- the TensorDict form
+
+
+def test_to_tensordict_packs_three_compartments():
+    from tensordict import NonTensorData, NonTensorStack
+
+    data = DataProto.from_dict(tensors={"obs": torch.arange(3)},
+                               non_tensors={"scores": [[], [0.5], [0.1, 0.2]], "info": [{"acc": 1.0}, {}, None]},
+                               meta_info={"global_steps": 4})
+    td = data.to_tensordict()
+    assert list(td.batch_size) == [3] and torch.equal(td["obs"], torch.arange(3))
+    assert isinstance(td.get("scores"), NonTensorStack) and isinstance(td.get("global_steps"), NonTensorData)
+    assert td.get("scores").tolist() == [[], [0.5], [0.1, 0.2]] and td["global_steps"] == 4
+    back = DataProto.from_tensordict(td, meta_info={"extra": True})
+    assert torch.equal(back.batch["obs"], data.batch["obs"])
+    assert back.non_tensor_batch["scores"].shape == (3,)  # still one list per sample
+    assert back.non_tensor_batch["scores"].tolist() == [[], [0.5], [0.1, 0.2]]
+    assert back.non_tensor_batch["info"].tolist() == [{"acc": 1.0}, {}, None]
+    assert back.meta_info == {"extra": True, "global_steps": 4}
+
+
+def test_tensordict_form_without_tensors_and_its_errors():
+    objects = DataProto.from_dict(non_tensors={"uid": ["a", "b"]})
+    back = DataProto.from_tensordict(objects.to_tensordict())
+    assert back.batch is None and back.non_tensor_batch["uid"].tolist() == ["a", "b"]
+    clash = make(2, meta={"uid": "run"})
+    with pytest.raises(DataProtoError, match=r"keys \['uid'\] are in more than one compartment"):
+        clash.to_tensordict()
+    nested = TensorDict({"sub": TensorDict({"x": torch.zeros(2)}, batch_size=[2])}, batch_size=[2])
+    with pytest.raises(TypeError, match="'sub' holds a TensorDict; expected a tensor, a NonTensorStack"):
+        DataProto.from_tensordict(nested)
+
+
+# ---------------------------------------------------------------- bytes: pickling, files, tensor encoding
+
+
+def test_getstate_stores_batch_as_bytes_and_round_trips():
+    data = DataProto.from_dict(tensors={"ids": torch.arange(6).reshape(2, 3)[:, ::2], "h": torch.ones(2).bfloat16()},
+                               non_tensors={"uid": ["a", "b"]}, meta_info={"step": 1})
+    state = data.__getstate__()
+    assert isinstance(state[0], bytes) and state[1] is data.non_tensor_batch and state[2] is data.meta_info
+    loaded = pickle.loads(pickle.dumps(data))
+    assert torch.equal(loaded.batch["ids"], data.batch["ids"]) and loaded.batch["h"].dtype == torch.bfloat16
+    assert loaded.non_tensor_batch["uid"].tolist() == ["a", "b"] and loaded.meta_info == {"step": 1}
+    empty = pickle.loads(pickle.dumps(DataProto(batch=TensorDict({}, batch_size=[5]))))
+    assert list(empty.batch.keys()) == [] and len(empty) == 5  # an empty TensorDict cannot be consolidated
+    assert pickle.loads(pickle.dumps(DataProto.from_dict(non_tensors={"a": [1]}))).batch is None
+
+
+def test_numpy_serialization_method(monkeypatch):
+    data = make(3)
+    monkeypatch.setenv(SERIALIZATION_METHOD_ENV, "numpy")
+    assert SERIALIZATION_METHOD_ENV == "VERL_DATAPROTO_SERIALIZATION_METHOD"
+    batch_size, _device, encoded = data.__getstate__()[0]
+    assert batch_size == (3,) and set(encoded) == {"obs", "reward"}
+    assert isinstance(encoded["obs"][2], np.ndarray) and encoded["obs"][2].dtype == np.uint8
+    blob = pickle.dumps(data)
+    monkeypatch.delenv(SERIALIZATION_METHOD_ENV)
+    assert rows(pickle.loads(blob)) == [0, 1, 2]  # decoded by its format, whatever the variable says now
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.bool,
+                                   torch.uint8, torch.float8_e4m3fn])
+def test_serialize_single_tensor_is_bit_exact(dtype):
+    tensor = (torch.randn(3, 4) * 4).to(dtype)
+    name, shape, data = serialize_single_tensor(tensor)
+    assert name == str(dtype).removeprefix("torch.") and tuple(shape) == (3, 4)
+    back = deserialize_single_tensor((name, shape, data))
+    assert back.dtype == dtype and torch.equal(back.view(torch.uint8), tensor.view(torch.uint8))
+
+
+def test_serialize_single_tensor_edge_shapes():
+    for tensor in (torch.tensor(2.5), torch.zeros(0, 3), torch.arange(12).reshape(3, 4).t()):  # 0-d, empty, strided
+        back = deserialize_single_tensor(serialize_single_tensor(tensor))
+        assert back.shape == tensor.shape and torch.equal(back, tensor)
+    with pytest.raises(DataProtoError, match="'nope' is not a torch dtype"):
+        deserialize_single_tensor(("nope", (1,), np.zeros(4, dtype=np.uint8)))
+
+
+def test_serialize_tensordict_with_nested_tensor():
+    ragged = torch.nested.as_nested_tensor([torch.ones(2), torch.arange(3.0)], layout=torch.jagged)
+    td = TensorDict({"ragged": ragged, "dense": torch.zeros(2, 2)}, batch_size=[2], device="cpu")
+    back = deserialize_tensordict(serialize_tensordict(td))
+    assert back.batch_size == td.batch_size and str(back.device) == "cpu"
+    assert back["ragged"].is_nested and back["ragged"].layout == torch.jagged
+    assert [t.tolist() for t in back["ragged"].unbind()] == [[1.0, 1.0], [0.0, 1.0, 2.0]]
+    with pytest.raises(ValueError, match="key 'x' has an encoding of length 1; expected 3"):
+        deserialize_tensordict(((1,), None, {"x": ("bad",)}))
+
+
+def test_save_to_disk_pickles_and_load_checks_the_type(tmp_path):
+    path = tmp_path / "batch.pkl"
+    make(2).save_to_disk(path)
+    with open(path, "rb") as f:
+        assert isinstance(pickle.load(f), DataProto)  # a plain pickle, as verl writes
+    (tmp_path / "other.pkl").write_bytes(pickle.dumps({"not": "a batch"}))
+    with pytest.raises(TypeError, match="other.pkl holds a dict, not a DataProto"):
+        DataProto.load_from_disk(tmp_path / "other.pkl")
+
+
+def test_make_iterator_shuffles_only_when_asked():
+    data = make(8)
+    in_order = [rows(b) for b in data.make_iterator(mini_batch_size=4, epochs=1, seed=3)]
+    assert in_order == [[0, 1, 2, 3], [4, 5, 6, 7]]  # a seed alone does not shuffle, as in verl
+    with pytest.raises(ValueError, match=r"dataloader_kwargs \['num_workers'\] are not supported"):
+        data.make_iterator(mini_batch_size=4, epochs=1, dataloader_kwargs={"num_workers": 2})

@@ -2,16 +2,15 @@
 import pytest
 import torch
 
-from minirl.trainer.ppo.replay_buffer import (
-    ReplayBuffer,
-    set_prompt_status,
-    submit_prompts,
-    trajectory_key,
-    uid_of,
-)
-from minirl.transfer_queue import TransferQueue
+from minirl.trainer.ppo.replay_buffer import ReplayBuffer, submit_prompts
+from minirl.transfer_queue import TransferQueue, trajectory_key, uid_of
 
 N = 2  # sessions per prompt
+
+
+def set_prompt_status(tq, uids, status, extra=None):
+    """What AgentLoopWorkerTQ._run_prompt does as a group's sessions start and settle."""
+    tq.kv_batch_put(list(uids), tags=[{"status": status, **(extra or {})} for _ in uids])
 
 
 def write_group(tq, uid, step, version):
@@ -36,7 +35,7 @@ def test_sample_waits_for_whole_groups_then_returns_them_in_write_order():
     with pytest.raises(RuntimeError, match=r"only 1 prompt groups are finished.*'running': 1"):
         rb.sample(global_steps=1, batch_size=2)
     keys_q = write_group(tq, "q", 1, version=0)
-    set_prompt_status(tq, ["q"], "failure")  # terminal too: a failed group is still sampled (verl's default)
+    set_prompt_status(tq, ["q"], "finished")
     meta, metrics = rb.sample(global_steps=1, batch_size=2)
     assert meta.keys == keys_p + keys_q and meta.partition_id == "train" and metrics == {}
     assert meta.tag_values("uid") == ["p", "p", "q", "q"] and meta.tag_values("max_global_steps") == [0] * 4
@@ -63,9 +62,20 @@ def test_bad_mode_status_and_missing_trajectories():
     tq = TransferQueue()
     with pytest.raises(ValueError, match="sync buffer only"):
         ReplayBuffer(tq, trainer_mode="separate_async")
-    with pytest.raises(ValueError, match="prompt status 'done'"):
-        set_prompt_status(tq, ["p"], "done")
     submit_prompts(tq, ["p"], global_steps=1)
+    set_prompt_status(tq, ["p"], "done")
+    with pytest.raises(ValueError, match="prompt 'p' has status 'done'"):
+        ReplayBuffer(tq).sample(global_steps=1, batch_size=1)
     set_prompt_status(tq, ["p"], "finished")
     with pytest.raises(RuntimeError, match="have no trajectories"):
+        ReplayBuffer(tq).sample(global_steps=1, batch_size=1)
+
+
+def test_a_failed_group_stops_the_step_with_its_error():
+    """verl would train on the surviving trajectories; minirl stops and names the uid and the error."""
+    tq = TransferQueue()
+    submit_prompts(tq, ["p"], global_steps=1)
+    write_group(tq, "p", 1, version=0)
+    set_prompt_status(tq, ["p"], "failure", {"error": "ValueError: session 1 broke"})
+    with pytest.raises(RuntimeError, match=r"failed during rollout, e\.g\. uid p: ValueError: session 1 broke"):
         ReplayBuffer(tq).sample(global_steps=1, batch_size=1)

@@ -19,7 +19,7 @@ import torch
 
 from minirl.cli import main as cli_main
 from minirl.protocol import DataProto
-from minirl.trace import STAGE_INFO, NullTracer, Tracer, read_trace, views
+from minirl.trace import STAGE_INFO, NullTracer, Tracer, diff, lineage, query, read_trace, show
 from minirl.trace.compare import ATOL, RTOL, compare_traces
 from minirl.trace.recorder import config_fingerprint, tensor_summary
 from minirl.trace.reference import load_manifest, reference_path
@@ -164,9 +164,11 @@ def test_stage_info_cites_verl_symbols_and_minirl_methods_that_exist():
         for qual, where in info.verl:
             path, line = where.rsplit(":", 1)
             assert idx.by_name[path][qual] == int(line), (stage, qual, where)
-    tree = ast.parse((ROOT / "minirl/trainer/ppo/trainer.py").read_text())
-    defs = {f"{c.name}.{f.name}" for c in tree.body if isinstance(c, ast.ClassDef)
-            for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    defs = set()
+    for module in ("trainer_base", "trainer_sync"):
+        tree = ast.parse((ROOT / f"minirl/trainer/ppo/{module}.py").read_text())
+        defs |= {f"{c.name}.{f.name}" for c in tree.body if isinstance(c, ast.ClassDef)
+                 for f in c.body if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))}
     for stage, info in STAGE_INFO.items():
         assert info.minirl in defs, (stage, info.minirl)
 
@@ -174,48 +176,51 @@ def test_stage_info_cites_verl_symbols_and_minirl_methods_that_exist():
 # -------------------------------------------------------------------------------- views on references
 @pytest.fixture(scope="module")
 def grpo():
-    return views.load("grpo")
+    return query.load("grpo")
 
 
 @pytest.fixture(scope="module")
 def ppo():
-    return views.load("ppo_gae")
+    return query.load("ppo_gae")
 
 
 def test_lineage_of_advantages_in_the_grpo_reference(grpo):
-    lin = views.lineage(grpo, "advantages")
+    lin = lineage.lineage(grpo, "advantages")
     assert [p["stage"] for p in lin["producers"]] == ["advantage"]
     assert "compute_advantage" in lin["producers"][0]["text"]
     assert [c["stage"] for c in lin["consumers"]] == ["update_actor"]
     assert lin["shape_symbolic"] == "(B, response_length)" and lin["storage"] == "batch"
     assert lin["shape"] == [lin["dims"]["B"], lin["dims"]["response_length"]] and lin["mask"] == "response_mask"
     assert "last read by `update_actor`" in lin["lifetime"] and "end of the step" in lin["lifetime"]
-    text = views.format_lineage(lin)
+    text = lineage.format_lineage(lin)
     assert "producer  advantage" in text and "verl/trainer/ppo/ray_trainer.py:187" in text
 
 
 def test_diff_grpo_vs_ppo_lists_values_returns_and_critic_stages(grpo, ppo):
-    d = views.diff(grpo, ppo)
+    d = diff.diff(grpo, ppo)
     assert d["stages"]["only_a"] == [] and d["stages"]["only_b"] == ["values", "update_critic"]
     assert all("critic" in b["runs_when"] for b in d["branches"])
     assert d["fields"]["only_b"] == ["values"] and d["fields"]["only_a"] == []
     assert {"field": "returns", "what": "consumers", "a": [], "b": ["update_critic"]} in d["flow"]
     assert d["versions"]["models_only_b"] == ["critic"]
     assert ("algorithm.adv_estimator", "grpo", "gae") in d["config"]
-    text = views.format_diff(d, "grpo", "ppo_gae")
+    text = diff.format_diff(d, "grpo", "ppo_gae")
     assert "only in B: values" in text and "only in B: update_critic" in text and "returns: consumers" in text
 
 
 def test_show_table_cells(grpo):
-    t = views.show_table(grpo, 1)
+    t = show.show_table(grpo, 1)
     stages = [s["stage"] for s in t["stages"]]
-    assert stages[:3] == ["sample", "reward", "old_log_prob"] and "update_actor" in stages
+    # the reward is scored per session inside the rollout (verl V1: the reward loop), so no reward stage follows
+    assert stages[:3] == ["rollout", "sample", "balance_batch"] and "reward" not in stages and "update_actor" in stages
     row = {r["name"]: dict(zip(stages, r["cells"])) for r in t["fields"]}
     assert row["advantages"]["advantage"] == "+" and row["advantages"]["update_actor"] == "r"
-    assert row["advantages"]["sample"] == "" and row["responses"]["sample"] == "+"
-    assert row["old_log_probs"]["old_log_prob"] == "+" and row["rm_scores"]["reward"] == "+"
-    with pytest.raises(views.TraceQueryError, match=r"steps recorded: \[0, 1, 2\]"):
-        views.show_table(grpo, 99)
+    # the agent loop writes responses into the TransferQueue (rollout); sample materialises them (changed storage)
+    assert row["advantages"]["sample"] == "" and row["responses"]["rollout"] == "+" and row["responses"]["sample"] == "~"
+    assert row["old_log_probs"]["old_log_prob"] == "+" and row["rm_scores"]["rollout"] == "+"
+    assert row["rm_scores"]["advantage"] == "r"  # the score enters the advantage, not a later reward stage
+    with pytest.raises(query.TraceQueryError, match=r"steps recorded: \[0, 1, 2\]"):
+        show.show_table(grpo, 99)
 
 
 def test_plots_carry_the_stage_and_field_labels(grpo):
@@ -224,7 +229,7 @@ def test_plots_carry_the_stage_and_field_labels(grpo):
     fig = plots.lifecycle_timeline(grpo, step=1)
     ax = fig.axes[0]
     ylabels = [t.get_text() for t in ax.get_yticklabels()]
-    assert ylabels[:2] == ["sample (rollout)", "reward (reward)"] and "advantage (trainer)" in ylabels
+    assert ylabels[:3] == ["rollout (rollout)", "sample (trainer)", "balance_batch (trainer)"] and "advantage (trainer)" in ylabels
     assert ax.get_title() == "step 1: stage timeline" and len(ax.patches) == len(ylabels)
     assert any("advantages" in t.get_text() for t in ax.texts)
     fig = plots.field_lineage_chart(grpo, "advantages")
@@ -234,6 +239,34 @@ def test_plots_carry_the_stage_and_field_labels(grpo):
     assert [t.get_text() for t in ax.get_yticklabels()] == ["step 1", "step 2"]
     assert [t.get_text() for t in ax.get_legend().get_texts()] == ["added", "read"]
     assert "(B, response_length)" in ax.get_title()
+
+
+def test_field_lineage_rows_and_the_lineage_plot_of_one_step(grpo):
+    from minirl.trace import plots
+
+    rows = {r["field"]: r for r in lineage.field_lineage(grpo, step=1)}
+    assert rows["advantages"]["made_by"] == "advantage" and rows["advantages"]["read_by"] == "update_actor"
+    assert rows["data_source"]["made_by"] == "dataset" and rows["data_source"]["read_by"] == "rollout"  # the reward loop
+    assert rows["uid"]["made_by"] == "dataset" and rows["uid"]["storage"] == "non_tensor_batch"  # the trainer's uid
+    assert rows["responses"]["made_by"] == "rollout" and rows["responses"]["storage"] == "transfer_queue"
+    assert rows["input_ids"]["made_by"] == "sample"  # built by the data plane when the batch is read out
+    assert rows["old_log_probs"]["shape (symbolic)"] == "(B, response_length)"
+    ax = plots.plot_lineage(grpo, step=1, fields=["responses", "advantages"]).axes[0]
+    xlabels = [t.get_text() for t in ax.get_xticklabels()]
+    assert xlabels[0] == "dataset" and "update_weights" not in xlabels and "advantage" in xlabels
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["responses", "advantages"]
+    assert ax.get_title() == "field lineage, step 1"
+
+
+def test_stage_events_are_in_start_order_and_versions_per_stage(grpo):
+    late_written = [dict(e) for e in grpo]  # the same events, stage events written in reverse
+    stages = [e for e in late_written if e.get("kind") == "stage"]
+    late_written = [e for e in late_written if e.get("kind") != "stage"] + stages[::-1]
+    assert [(e["step"], e["stage"]) for e in query.stage_events(late_written)] == \
+        [(e["step"], e["stage"]) for e in query.stage_events(grpo)]
+    hist = diff.version_history(grpo)
+    sample2 = next(h for h in hist if h["step"] == 2 and h["stage"] == "sample")
+    assert sample2["actor"] == sample2["rollout"] == 1  # step 1's update reached the rollout before step 2
 
 
 # ------------------------------------------------------------------------------------------------ CLI
@@ -283,7 +316,7 @@ def test_compare_traces_tolerates_noise_and_catches_changes(grpo):
     assert bad == ["step 1 advantage: fields advantages shape [16, 8] -> [1, 1]"]
     bad = compare_traces(grpo, perturbed(lambda e: e.update(versions={"actor": 9, "rollout": 0})))
     assert len(bad) == 1 and "versions" in bad[0]
-    swapped = [e for e in grpo if e.get("stage") != "reward"]
+    swapped = [e for e in grpo if e.get("stage") != "balance_batch"]
     assert "stage sequence differs" in compare_traces(grpo, swapped)[0]
 
 

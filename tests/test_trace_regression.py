@@ -17,7 +17,8 @@ import pytest
 
 from minirl.trace import read_trace
 from minirl.trace.compare import compare_traces
-from minirl.trace.reference import load_manifest, missing_requirements, reference_path, run_entry
+from minirl.trace.reference import load_manifest, missing_requirements, reference_path
+from minirl.trainer.record_traces import run_entry
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,6 @@
 """The sync GRPO/PPO loop end to end on CPU, small: runs, traces, batch contract, resume, reward errors."""
 import json
+import re
 
 import numpy as np
 import pytest
@@ -7,18 +8,19 @@ import torch
 
 from minirl.config import derived_numbers, load
 from minirl.trace import read_trace
-from minirl.trainer.main_ppo import TaskRunner, main
+from minirl.trainer.main_ppo import TaskRunnerV1, main
 
 pytestmark = pytest.mark.slow
 
-SMALL = ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
+# the random-init model, explicitly: these runs test the machinery, not learning (the default is the SFT warm start)
+SMALL = ["actor_rollout_ref.model.path=minirl://tiny-qwen2", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
          "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8", "data.val_max_samples=8",
          "data.max_response_length=8", "trainer.logger=[file]"]
 
 
 def run(tmp_path, *extra, name="run"):
     cfg = load(SMALL + [f"trainer.default_local_dir={tmp_path / name}", *extra])
-    trainer = TaskRunner().run(cfg)
+    trainer = TaskRunnerV1().run(cfg)
     return cfg, trainer
 
 
@@ -27,9 +29,17 @@ def test_grpo_three_steps_stages_versions_and_batch_contract(tmp_path):
                        "trainer.test_freq=3")
     events = read_trace(cfg.trace.dir)
     stages = [e["stage"] for e in events if e["kind"] == "stage"]
-    one_step = ["sample", "reward", "old_log_prob", "advantage", "update_actor", "update_weights"]
+    # no reward stage: the rule scores each session inside the rollout (verl V1 without a colocated reward model)
+    one_step = ["rollout", "sample", "balance_batch", "old_log_prob", "advantage", "update_actor", "update_weights"]
     assert stages[:2] == ["update_weights", "validate"]
-    assert stages[2:8] == one_step and stages.count("update_actor") == 3
+    assert stages[2:9] == one_step and stages.count("update_actor") == 3
+    # the rollout stage wrote n sessions per prompt into the TransferQueue; sample read them back padded
+    rollout = next(e for e in events if e.get("stage") == "rollout")
+    assert rollout["extra"]["prompts"] == 8 and rollout["extra"]["trajectories"] == 32
+    assert rollout["fields"]["responses"]["storage"] == "transfer_queue"
+    sample = next(e for e in events if e.get("stage") == "sample")
+    assert sample["changes"]["responses"] == "storage transfer_queue -> batch"
+    assert {"input_ids", "attention_mask", "position_ids"} <= set(sample["added"])
     # which policy version sampled each step's trajectories: 0, 1, 2 (the rollout gets weights after each update)
     samples = [e for e in events if e.get("stage") == "sample"]
     assert [e["extra"]["policy_versions"] for e in samples] == [[0], [1], [2]]
@@ -85,22 +95,24 @@ def test_resume_equals_uninterrupted(tmp_path):
     assert sorted(b) == [3, 4]
     for step in (3, 4):
         for key, v in a[step].items():
-            if key.startswith(("timing_s/", "perf/")):
+            if key.startswith(("timing_s/", "perf/", "agent_loop/")):  # wall-clock numbers
                 continue
             assert b[step][key] == pytest.approx(v, abs=1e-6), (step, key)
     sa, sb = _actor_state(full), _actor_state(resumed)
     assert all(torch.allclose(sa[k], sb[k], atol=1e-6) for k in sa)
 
 
-def test_reward_function_error_names_the_sample(tmp_path):
+def test_reward_function_error_is_contained_counted_and_names_the_sample(tmp_path, capsys):
     bad = tmp_path / "bad_reward.py"
     bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
                    "    raise ZeroDivisionError('boom')\n")
-    from minirl.workers.reward import RewardFunctionError
-
-    with pytest.raises(RewardFunctionError, match=r"raised ZeroDivisionError: boom on sample 0 .*data_source='minirl/arithmetic', index="):
-        run(tmp_path, "trainer.total_training_steps=1", "trainer.val_before_train=false",
-            f"reward.custom_reward_function.path={bad}")
+    _, trainer = run(tmp_path, "trainer.total_training_steps=1", "trainer.val_before_train=false",
+                     f"reward.custom_reward_function.path={bad}")
+    assert trainer.history[-1]["reward/failures"] == 32 and trainer.history[-1]["critic/score/mean"] == 0.0
+    err = capsys.readouterr().err
+    assert err.count("minirl reward:") == 1  # the first failure, once; the others are counted
+    assert re.search(r"sample \S+_\d \(dataset index \d+, data_source 'minirl/arithmetic'\): compute_score "
+                     r"\(.*bad_reward\.py:1\) raised ZeroDivisionError: boom at line 2", err), err
 
 
 def test_cli_bad_config_exits_2_with_message(capsys, tmp_path):
@@ -125,3 +137,14 @@ def test_bypass_mode_uses_rollout_log_probs(tmp_path):
 
     with pytest.raises(ConfigError, match="calculate_log_probs=True"):
         load(SMALL + ["algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=false"])
+
+
+def test_critic_warmup_skips_the_actor_update_but_still_syncs(tmp_path):
+    """Versions count global steps (as verl's update_weights(global_steps)): warm-up leaves the actor alone
+    for `critic_warmup - 1` steps, yet every step samples with the weights the last sync pushed."""
+    cfg, trainer = run(tmp_path, "algorithm.adv_estimator=gae", "trainer.critic_warmup=2", "trainer.total_training_steps=3",
+                       "trainer.val_before_train=false", "trainer.test_freq=-1")
+    events = read_trace(cfg.trace.dir)
+    updates = [e["step"] for e in events if e.get("stage") == "update_actor"]
+    samples = [e["extra"]["policy_versions"] for e in events if e.get("stage") == "sample"]
+    assert updates == [2, 3] and samples == [[0], [1], [2]]

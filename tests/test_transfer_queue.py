@@ -1,9 +1,9 @@
-"""TransferQueue: per-sample storage without padding, explicit padded <-> nested conversion, BatchMeta."""
+"""TransferQueue: per-sample storage without padding, explicit padded <-> nested conversion, KVBatchMeta."""
 import numpy as np
 import pytest
 import torch
 
-from minirl.transfer_queue import BatchMeta, TransferQueue, nested_to_padded, padded_to_nested
+from minirl.transfer_queue import KVBatchMeta, TransferQueue, nested_to_padded, padded_to_nested
 
 # 3 responses right-padded to 4 and 3 prompts left-padded to 3
 RESP = torch.tensor([[5, 6, 7, 0], [8, 0, 0, 0], [1, 2, 3, 4]])
@@ -39,7 +39,7 @@ def test_put_get_only_selected_fields_nested_scalar_and_object():
                                           "score": torch.tensor([1.0, 0.0, 0.5]),
                                           "data_source": np.array(["x", "y", "x"], dtype=object)},
                            tags=[{"uid": "a"}, {"uid": "a"}, {"uid": "b"}])
-    assert isinstance(meta, BatchMeta) and meta.keys == keys and meta.tag_values("uid") == ["a", "a", "b"]
+    assert isinstance(meta, KVBatchMeta) and meta.keys == keys and meta.tag_values("uid") == ["a", "a", "b"]
     got = tq.kv_batch_get(keys, select_fields=["responses", "score"])
     assert set(got) == {"responses", "score"}  # only what was asked for
     assert got["responses"].is_nested and got["responses"].offsets().tolist() == [0, 3, 4, 8]
@@ -83,13 +83,12 @@ def test_clear_and_partitions():
     assert tq.kv_batch_get(["a"], partition_id="val")["x"].tolist() == [3]
 
 
-def test_batch_meta_select_and_padding_mask():
-    meta = BatchMeta(["k0", "k1", "k2"], [{"is_padding": False}, {"is_padding": True}, {}], "train", {"temperature": 1.0})
-    assert meta.non_padding_mask().tolist() == [True, False, True]
+def test_batch_meta_select():
+    meta = KVBatchMeta(["k0", "k1", "k2"], [{"seq_len": 3}, {"seq_len": 4}, {}], "train", {"temperature": 1.0})
     sub = meta.select_idxs([2, 0])
     assert sub.keys == ["k2", "k0"] and len(sub) == 2 and sub.extra_info == {"temperature": 1.0}
     with pytest.raises(ValueError, match="3 keys but 2 tags"):
-        BatchMeta(["a", "b", "c"], [{}, {}])
+        KVBatchMeta(["a", "b", "c"], [{}, {}])
 
 
 def test_object_and_numpy_scalar_fields_keep_their_shape_and_dtype():
@@ -101,45 +100,59 @@ def test_object_and_numpy_scalar_fields_keep_their_shape_and_dtype():
     assert got["raw_prompt"].shape == (2,) and got["raw_prompt"][1] == [{"role": "user"}]
 
 
-def test_trainer_round_trip_reproduces_the_agent_loop_batch_bit_for_bit():
-    """Agent-loop output (padded) -> TransferQueue (unpadded) -> ReplayBuffer -> _get (padded) == the original."""
-    from types import SimpleNamespace
+def test_agent_loop_writes_unpadded_and_the_data_plane_reads_back_the_padded_layout():
+    """AgentLoopOutput -> AgentLoopWorkerTQ (unpadded, one key per session) -> ReplayBuffer -> kv_batch_get_padded."""
+    import asyncio
 
     from omegaconf import OmegaConf
 
-    from minirl.agent_loop.agent_loop import AgentLoopOutput, AgentLoopWorker
-    from minirl.trainer.ppo.trainer import PPOTrainer
+    from minirl.agent_loop.agent_loop import AgentLoopOutput
+    from minirl.agent_loop.agent_loop_tq import AgentLoopWorkerTQ
+    from minirl.trainer.ppo.replay_buffer import ReplayBuffer, submit_prompts
+    from minirl.transfer_queue import kv_batch_get_padded
 
-    rollout = OmegaConf.create({"prompt_length": 4, "response_length": 3})
-    outputs = [AgentLoopOutput(prompt_ids=[7, 8], response_ids=[1, 2, 3], response_mask=[1, 0, 1],
-                               response_logprobs=[-0.5, 0.0, -1.5]),
-               AgentLoopOutput(prompt_ids=[7, 8], response_ids=[4], response_mask=[1], response_logprobs=[-0.25]),
-               AgentLoopOutput(prompt_ids=[9, 9, 9, 9], response_ids=[], response_mask=[], response_logprobs=[])]
-    for o in outputs:
-        o.extra_fields.update(min_global_steps=3, max_global_steps=3)
-    non_tensor = {"uid": np.array(["u", "u", "v"], dtype=object), "data_source": np.array(["s"] * 3, dtype=object)}
-    fake_worker = SimpleNamespace(rollout_config=rollout, tokenizer=SimpleNamespace(pad_token_id=0))
-    original = AgentLoopWorker._postprocess(fake_worker, outputs, non_tensor)
+    cfg = OmegaConf.create({"actor_rollout_ref": {"rollout": {"prompt_length": 4, "response_length": 3}}})
+    tq = TransferQueue()
+    worker = AgentLoopWorkerTQ(cfg, tokenizer=None, llm_client=None, tq=tq)
+    outputs = [("u", 0, AgentLoopOutput(prompt_ids=[7, 8], response_ids=[1, 2, 3], response_mask=[1, 0, 1],
+                                         response_logprobs=[-0.5, 0.0, -1.5], num_turns=3)),
+               ("u", 1, AgentLoopOutput(prompt_ids=[7, 8], response_ids=[4], response_mask=[1],
+                                         response_logprobs=[-0.25], num_turns=2)),
+               ("v", 0, AgentLoopOutput(prompt_ids=[9, 9, 9, 9], response_ids=[], response_mask=[],
+                                         response_logprobs=[], num_turns=2))]
+    submit_prompts(tq, ["u", "v"], global_steps=4)
 
-    trainer = PPOTrainer.__new__(PPOTrainer)
-    trainer.config = OmegaConf.create({"actor_rollout_ref": {"rollout": rollout}, "trainer": {"v1": {"trainer_mode": "sync"}}})
-    trainer.tokenizer, trainer.global_steps, trainer.tq = SimpleNamespace(pad_token_id=0), 4, TransferQueue()
-    from minirl.trainer.ppo.replay_buffer import ReplayBuffer, set_prompt_status, submit_prompts
+    async def write():
+        for uid, session, out in outputs:
+            out.extra_fields.update(min_global_steps=3, max_global_steps=3)
+            await worker._agent_loop_postprocess(out, validate=False, uid=uid, session_id=session, global_steps=4,
+                                                 data_source="s")
 
-    submit_prompts(trainer.tq, ["u", "v"], global_steps=4)
-    trainer._put_trajectories(original)
-    set_prompt_status(trainer.tq, ["u", "v"], "finished")
-    meta, _ = ReplayBuffer(trainer.tq).sample(global_steps=4, batch_size=2)
+    asyncio.run(write())
+    tq.kv_batch_put(["u", "v"], tags=[{"status": "finished"}] * 2)
+    meta, _ = ReplayBuffer(tq).sample(global_steps=4, batch_size=2)
     assert meta.keys == ["u_0_0", "u_1_0", "v_0_0"] and meta.tag_values("seq_len") == [5, 3, 4]
-    assert trainer.tq.kv_batch_get(["u_1_0"], select_fields=["responses"])["responses"].offsets().tolist() == [0, 1]
-    rebuilt = trainer._get(meta)
-    assert list(rebuilt.batch.keys()) == ["prompts", "responses", "response_mask", "rollout_log_probs",
-                                          "input_ids", "attention_mask", "position_ids"]
-    for key in original.batch.keys():
-        assert torch.equal(rebuilt.batch[key], original.batch[key]), key
-        assert rebuilt.batch[key].dtype == original.batch[key].dtype, key
-    for key, value in original.non_tensor_batch.items():
-        assert rebuilt.non_tensor_batch[key].tolist() == value.tolist() and rebuilt.non_tensor_batch[key].dtype == value.dtype
+    assert tq.kv_batch_get(["u_1_0"], select_fields=["responses"])["responses"].offsets().tolist() == [0, 1]
+    got = kv_batch_get_padded(tq, meta, prompt_length=4, response_length=3, pad_token_id=0)
+    b = got.batch
+    assert list(b.keys()) == ["prompts", "responses", "response_mask", "rollout_log_probs",
+                              "input_ids", "attention_mask", "position_ids"]
+    assert b["prompts"].tolist() == [[0, 0, 7, 8], [0, 0, 7, 8], [9, 9, 9, 9]]  # left-padded
+    assert b["responses"].tolist() == [[1, 2, 3], [4, 0, 0], [0, 0, 0]]  # right-padded
+    assert b["response_mask"].tolist() == [[1, 0, 1], [1, 0, 0], [0, 0, 0]]
+    assert b["attention_mask"].tolist() == [[0, 0, 1, 1, 1, 1, 1], [0, 0, 1, 1, 1, 0, 0], [1, 1, 1, 1, 0, 0, 0]]
+    assert b["position_ids"].tolist() == [[0, 0, 0, 1, 2, 3, 4], [0, 0, 0, 1, 2, 0, 0], [0, 1, 2, 3, 0, 0, 0]]
+    assert b["rollout_log_probs"].dtype == torch.float32 and b["rollout_log_probs"][1].tolist() == [-0.25, 0.0, 0.0]
+    assert got.non_tensor_batch["num_turns"].tolist() == [3, 2, 2]
+    assert got.non_tensor_batch["uid"].tolist() == ["u", "u", "v"]
     # a stage may ask for just what it reads
-    only = trainer._get(meta, ["attention_mask", "uid"])
+    only = kv_batch_get_padded(tq, meta, 4, 3, 0, fields=["attention_mask", "uid"])
     assert list(only.batch.keys()) == ["attention_mask"] and list(only.non_tensor_batch) == ["uid"]
+
+
+def test_build_model_inputs_is_the_one_layout_rule():
+    from minirl.transfer_queue import build_model_inputs
+
+    out = build_model_inputs(torch.tensor([[0, 5]]), torch.tensor([[6, 0, 0]]), torch.tensor([1]), torch.tensor([1]))
+    assert out["input_ids"].tolist() == [[0, 5, 6, 0, 0]]
+    assert out["attention_mask"].tolist() == [[0, 1, 1, 0, 0]] and out["position_ids"].tolist() == [[0, 0, 1, 0, 0]]

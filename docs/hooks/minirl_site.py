@@ -1,10 +1,15 @@
-"""mkdocs hook of the minirl site (`hooks:` in mkdocs.yml). Five small jobs:
+"""mkdocs hook of the minirl site (`hooks:` in mkdocs.yml). Six small jobs:
 
-1. Notebooks from outside `docs/`: the chapters and labs live in `chapters/*.ipynb` and
-   `labs/*.ipynb` at the repository root (where Jupyter and the notebook tests use them), not under
-   `docs/`. `on_files` adds each one as a site file whose source is the root copy, before
-   mkdocs-jupyter wraps notebooks (hence the higher event priority), so nothing is copied or
-   symlinked and the site always renders the notebooks that the tests run.
+1. Notebooks from outside `docs/`, executed once: the chapters and labs live in `chapters/*.ipynb`
+   and `labs/*.ipynb` at the repository root (where Jupyter and the notebook tests use them), not
+   under `docs/`. `on_files` adds each one as a site page, before mkdocs-jupyter wraps notebooks
+   (hence the higher event priority). Every notebook page (these and docs/**/*.ipynb) renders the
+   notebook's executed copy, `.cache/executed/<path>.ipynb` (docs/hooks/executed_notebooks.py):
+   the one tests/test_notebooks.py or an earlier build wrote, while it is fresh (same notebook,
+   same minirl), else the hook executes the notebook first and writes it. mkdocs-jupyter only
+   renders (`execute: false`), so a CI run executes each notebook once. `MINIRL_DOCS_EXECUTE=false`
+   skips executing (stale or missing copies render the notebook without outputs). The page's
+   download link is the committed notebook (no outputs), not the executed copy.
 2. Navigation that follows the files: the nav entries `chapters/index.md`, `labs/index.md` and
    `guide/index.md` become sections holding that page plus every notebook (or guide page) found,
    titled by the notebook's first `# ` heading; a notebook added later appears without editing
@@ -15,26 +20,29 @@
 4. verl citations become links: a code span that is exactly a citation (`verl/<file>.py:LINE`, or a
    file path alone) links to that line on GitHub at the pinned commit (`minirl.anchors.link`).
    That the line is right is `minirl anchors check`'s job (tests/test_anchors.py).
-5. Offline pages: nbconvert's notebook template loads MathJax from a CDN (and mermaid.js when a
+5. Offline pages: nbconvert's notebook template loads MathJax 2 from a CDN (and mermaid.js when a
    notebook draws a mermaid diagram). The hook removes both tags and then refuses to write a page
    that still loads anything from another host (script, stylesheet, image, frame, font, CSS
    `url()`, JS `import()`), naming it; the browser test checks the same thing from the network side.
-   Math stays as TeX source (`$...$`): rendering it would need MathJax/KaTeX vendored.
+6. Math, offline: MathJax 3 (the browser build that the PyPI package `django-static-mathjax` ships,
+   in minirl's `docs` extra) is copied into the site under `assets/mathjax/`; mkdocs.yml loads it
+   after `javascripts/mathjax.js`, which says what to typeset: pymdownx.arithmatex's output on
+   Markdown pages and docstrings, and the `$...$` of notebook markdown cells. The build fails with
+   the install command when the package is missing.
 
-Notebook execution is bounded: every cell has `MINIRL_DOCS_CELL_TIMEOUT` seconds (default 300),
-set through a jupyter config file that this hook puts on `JUPYTER_CONFIG_PATH` (nbclient's
-`NotebookClient.timeout`; mkdocs-jupyter has no option for it).
+Notebook execution is bounded: every cell has `MINIRL_DOCS_CELL_TIMEOUT` seconds (default 300).
 """
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
 import posixpath
 import re
-import tempfile
-import time
+import shutil
+import sys
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
@@ -42,6 +50,10 @@ from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
 
 from minirl.anchors import CITE, link
+
+if str(Path(__file__).resolve().parent) not in sys.path:  # mkdocs puts it there while loading; the tests do not
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+import executed_notebooks  # docs/hooks/executed_notebooks.py
 
 log = logging.getLogger("mkdocs.hooks.minirl_site")
 
@@ -76,12 +88,30 @@ def notebook_title(path: Path) -> str:
 # ---------------------------------------------------------------------------------------- 1 + 2
 
 
-def _cell_timeout_config() -> None:
-    seconds = int(os.environ.get("MINIRL_DOCS_CELL_TIMEOUT", "300"))
-    d = Path(tempfile.mkdtemp(prefix="minirl-docs-jupyter-"))
-    (d / "jupyter_nbconvert_config.json").write_text(json.dumps({"NotebookClient": {"timeout": seconds}}))
-    paths = os.environ.get("JUPYTER_CONFIG_PATH", "")
-    os.environ["JUPYTER_CONFIG_PATH"] = os.pathsep.join([str(d)] + ([paths] if paths else []))
+def _executing() -> bool:
+    return os.environ.get("MINIRL_DOCS_EXECUTE", "true").strip().lower() not in ("0", "false", "no", "off")
+
+
+def executed_copy(source: Path) -> Path:
+    """The executed copy of a notebook to render: the fresh one on disk, else one made now.
+
+    With `MINIRL_DOCS_EXECUTE=false` nothing executes: a stale or missing copy renders the committed
+    notebook (no outputs). A notebook that fails to execute fails the build, naming it.
+    """
+    rel = executed_notebooks.relpath(source)
+    cp = executed_notebooks.fresh_copy(source)
+    if cp is not None:
+        log.info("notebook %s: rendering its executed copy %s (fresh)", rel, cp.relative_to(ROOT))
+        return cp
+    if not _executing():
+        log.info("notebook %s: not executed (MINIRL_DOCS_EXECUTE=false), rendered without outputs", rel)
+        return source
+    log.info("notebook %s: executing (no fresh executed copy)", rel)
+    run, _ = executed_notebooks.execute_once(source)
+    if run.error:
+        raise PluginError(f"notebook {rel} failed to execute (run it in Jupyter to see the cell):\n{run.error[-6000:]}")
+    log.info("notebook %s: executed in %.1f s -> %s", rel, run.wall_s, run.copy.relative_to(ROOT))
+    return run.copy
 
 
 def _section(index_uri: str, folder: str, docs_dir: Path) -> list:
@@ -110,10 +140,16 @@ def _expand_nav(nav, docs_dir: Path):
 
 
 def on_config(config):
-    _cell_timeout_config()
+    jupyter = config.plugins.get("mkdocs-jupyter")
+    if jupyter is not None and jupyter.config.get("execute"):
+        raise PluginError("mkdocs.yml: mkdocs-jupyter must have `execute: false`: the hook executes every notebook "
+                          "once and renders its executed copy (MINIRL_DOCS_EXECUTE=false skips executing)")
     if config.nav:
         config.nav = _expand_nav(config.nav, Path(config.docs_dir))
     return config
+
+
+_SOURCES: dict[str, Path] = {}  # site URI of a notebook page -> the committed notebook (the download link)
 
 
 @event_priority(100)  # before mkdocs-jupyter's on_files turns .ipynb files into pages
@@ -124,6 +160,19 @@ def on_files(files, config):
             if files.get_file_from_path(uri) is None:
                 files.append(File(uri, src_dir=str(ROOT), dest_dir=config.site_dir,
                                   use_directory_urls=config.use_directory_urls))
+    for f in [f for f in files if f.src_uri.endswith(".ipynb") and f.abs_src_path]:
+        source = Path(f.abs_src_path).resolve()
+        _SOURCES[f.src_uri] = source
+        rendered = executed_copy(source).as_posix()
+        if rendered != source.as_posix():
+            # a File rooted where the copy's path ends in the same URI (not File.generated: mkdocs-jupyter's
+            # NotebookFile wrapper recomputes abs_src_path from src_dir)
+            assert rendered.endswith("/" + f.src_uri), (rendered, f.src_uri)
+            files.remove(f)
+            files.append(File(f.src_uri, src_dir=rendered[: -len(f.src_uri)], dest_dir=config.site_dir,
+                              use_directory_urls=config.use_directory_urls, inclusion=f.inclusion))
+    for uri, path in mathjax_files():
+        files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
 
 
@@ -141,8 +190,6 @@ NB_LINK = re.compile(r"\[\[(chapters|labs)/(\d+)(?:\|([^\]]+))?\]\]")
 
 
 def on_page_markdown(markdown, page, config, files):
-    _render_started[page.file.src_uri] = time.perf_counter()  # a notebook executes in page.render, next
-
     def sub(m):
         folder, num, text = m.group(1), m.group(2), m.group(3)
         found = [nb for nb in notebooks(folder) if nb.name.startswith(num + "_")]
@@ -175,19 +222,14 @@ def link_citations(html: str) -> str:
     return CODE_SPAN.sub(sub, html)
 
 
-_render_started: dict = {}
-
-
 def on_page_content(html, page, config, files):
-    t0 = _render_started.pop(page.file.src_uri, None)
-    if t0 is not None and page.file.src_uri.endswith(".ipynb"):
-        log.info("notebook %s rendered (executed) in %.1f s", page.file.src_uri, time.perf_counter() - t0)
     return link_citations(html)
 
 
 # ---------------------------------------------------------------------------------------- 5
 
 MATHJAX_TAG = re.compile(r'<script src="' + re.escape(MATHJAX_SENTINEL) + r'">\s*</script>')
+MATHJAX2_CONFIG = re.compile(r'<script type="text/x-mathjax-config">(?:(?!</script>).)*?</script>', re.DOTALL)
 MERMAID_LOADER = re.compile(r'<script type="module">(?:(?!</script>).)*?\.jp-Mermaid(?:(?!</script>).)*?</script>', re.DOTALL)
 REMOTE = [
     re.compile(r"<(?:script|img|iframe|audio|video|source|embed|track|input|object)\b[^>]*?\s"
@@ -206,10 +248,50 @@ def remote_loads(html: str) -> list[str]:
     return [m.group(0)[:200] for pat in REMOTE for m in pat.finditer(html)]
 
 
+@event_priority(-100)  # after mkdocs-jupyter's on_post_page, which copies the rendered file as the download
 def on_post_page(output, page, config):
-    output = MERMAID_LOADER.sub("", MATHJAX_TAG.sub("", output))
+    source = _SOURCES.get(page.file.src_uri)
+    if source is not None and getattr(page.file, "abs_dest_path", None):
+        download = Path(page.file.abs_dest_path).parent / source.name
+        if download.is_file():
+            shutil.copyfile(source, download)  # the committed notebook, not the executed copy
+    output = MERMAID_LOADER.sub("", MATHJAX2_CONFIG.sub("", MATHJAX_TAG.sub("", output)))
     bad = remote_loads(output)
     if bad:
         raise PluginError(f"{page.file.src_uri}: the page would load from another host (the site must work "
                           f"offline; vendor the file or drop it): " + "; ".join(bad))
     return output
+
+
+# ---------------------------------------------------------------------------------------- 6
+
+MATHJAX_DIST = "django-static-mathjax"  # PyPI; its wheel carries MathJax 3's browser build (es5/)
+MATHJAX_URI = "assets/mathjax"  # where the site serves it; mkdocs.yml's extra_javascript loads tex-chtml.js
+# MathJax's TeX + CommonHTML bundle, what it loads on demand (TeX extensions, fonts, menu,
+# accessibility) and its licence: no other output or input format.
+MATHJAX_PARTS = ("tex-chtml.js", "input/tex/extensions", "output/chtml/fonts/woff-v2", "ui", "a11y", "sre")
+
+
+def mathjax_dir() -> Path:
+    """MathJax 3's `es5/` folder inside the installed `django-static-mathjax`; a clear error when it is missing."""
+    fix = ("the site typesets formulas with MathJax 3 from the PyPI package django-static-mathjax (minirl's docs "
+           "extra); install it: .venv/bin/pip install -e '.[docs]'  (or: pip install django-static-mathjax)")
+    try:
+        es5 = Path(importlib.metadata.distribution(MATHJAX_DIST).locate_file("mathjax/static/mathjax/es5"))
+    except importlib.metadata.PackageNotFoundError:
+        raise PluginError(f"MathJax is missing: {fix}") from None
+    if not (es5 / "tex-chtml.js").is_file():
+        raise PluginError(f"MathJax is incomplete: {es5 / 'tex-chtml.js'} not found; {fix}")
+    return es5
+
+
+def mathjax_files() -> list[tuple[str, Path]]:
+    """(site URI, file) of every MathJax file the site serves."""
+    es5 = mathjax_dir()
+    out = [(f"{MATHJAX_URI}/LICENSE", es5.parent / "LICENSE")]
+    for part in MATHJAX_PARTS:
+        p = es5 / part
+        for f in sorted(p.rglob("*")) if p.is_dir() else [p]:
+            if f.is_file():
+                out.append((f"{MATHJAX_URI}/{f.relative_to(es5).as_posix()}", f))
+    return out

@@ -1,7 +1,8 @@
-"""AgentLoop: how `rollout.n` sessions per prompt become one padded training batch.
+"""AgentLoop: how one prompt becomes `rollout.n` sessions, and each finished session a stored trajectory.
 
-Mirrors `verl/experimental/agent_loop/` at the pinned commit: `AgentLoopOutput`, `AgentLoopBase`,
-`SingleTurnAgentLoop`, `AgentLoopWorker`, `AgentLoopManager`.
+Mirrors `verl/experimental/agent_loop/` (`AgentLoopOutput`, `AgentLoopBase`, `SingleTurnAgentLoop`,
+`AgentLoopWorker`, `AgentLoopManager`, `ToolAgentLoop`) and the V1 trainer's TransferQueue writer
+`verl/trainer/ppo/v1/agent_loop_tq.py` (`AgentLoopWorkerTQ`, `AgentLoopManagerTQ`), at the pinned commit.
 """
 
 from minirl.agent_loop.agent_loop import (
@@ -12,9 +13,15 @@ from minirl.agent_loop.agent_loop import (
     AgentLoopWorker,
     LLMServerClient,
     get_agent_loop_class,
+    new_uids,
     register,
 )
+from minirl.agent_loop.agent_loop_tq import AgentLoopManagerTQ, AgentLoopWorkerTQ
+from minirl.agent_loop.multi_turn_stats import multi_turn_metrics, summarize_sessions
 from minirl.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop
+from minirl.agent_loop.tool_agent_loop import AgentData, AgentState, ToolAgentLoop
 
-__all__ = ["AgentLoopBase", "AgentLoopManager", "AgentLoopMetrics", "AgentLoopOutput", "AgentLoopWorker",
-           "LLMServerClient", "SingleTurnAgentLoop", "get_agent_loop_class", "register"]
+__all__ = ["AgentData", "AgentLoopBase", "AgentLoopManager", "AgentLoopManagerTQ", "AgentLoopMetrics",
+           "AgentLoopOutput", "AgentLoopWorker", "AgentLoopWorkerTQ", "AgentState", "LLMServerClient",
+           "SingleTurnAgentLoop", "ToolAgentLoop", "get_agent_loop_class", "multi_turn_metrics", "new_uids",
+           "register", "summarize_sessions"]

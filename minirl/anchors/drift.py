@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from minirl.anchors import Index, iter_citations, project_files
+from minirl.anchors import Index, iter_citations
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,3 @@ def drift_table(symbols: list[Symbol], old: Index, pin: Index, new: Index | None
                        f"{st.count('moved')} in another file, {st.count('gone')} gone")
     return "\n".join(out)
 
-
-def drift_report(root, old: Index, pin: Index, new: Index | None = None, files=None) -> str:
-    """Drift of every symbol cited in the project at `root` (or in `files`)."""
-    files = files if files is not None else project_files(Path(root))
-    return drift_table(cited_symbols(files, pin), old, pin, new)

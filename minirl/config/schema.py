@@ -3,9 +3,11 @@
 verl declares the same groups as dataclasses too: `ActorConfig` (`verl/workers/config/actor.py:105`),
 `RolloutConfig` (`verl/workers/config/rollout.py:145`), `AlgoConfig` (`verl/trainer/config/algorithm.py:620`),
 `CriticConfig` (`verl/workers/config/critic.py:45`), and converts YAML into them with
-`omega_conf_to_dataclass` (`verl/utils/config.py:23`). minirl keeps only the keys it implements; the
+`omega_conf_to_dataclass` (`verl/utils/config.py:23`). minirl keeps a subset of verl's keys; the
 composed YAML is merged into `MinirlConfig`, so a key that does not exist or a value of the wrong type
-is an error at load time (see `minirl.config.load`).
+is an error at load time (see `minirl.config.load`). The groups every role shares (`model`, `optim`,
+`fsdp_config`, `checkpoint`) are in `minirl.config.schema_engine`. A few keys exist only to keep verl's
+shape and must stay at their defaults: their docstrings say so, and `minirl.config.unimplemented` lists them.
 
 Defaults here mirror the YAML; the YAML is what a run reads.
 """
@@ -13,7 +15,18 @@ Defaults here mirror the YAML; the YAML is what a run reads.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
+
+from minirl.config.schema_async import RolloutCorrectionConfig, TrainerV1Config
+from minirl.config.schema_engine import (
+    CheckpointContentsConfig,
+    FSDPConfig,
+    ModelConfig,
+    OptimConfig,
+    TorchtitanEngineConfig,
+)
+from minirl.config.schema_multi_turn import MultiTurnConfig
+from minirl.config.schema_reward import CustomRewardFunctionConfig, RewardConfig
 
 # ----------------------------------------------------------------------------------------------- data
 
@@ -36,8 +49,9 @@ class BuiltinTaskConfig:
 class DataConfig:
     """`data.*`: where prompts come from and how many make a training step (verl: `data:` group)."""
 
-    tokenizer: Optional[str] = None
-    """Tokenizer path; null means the model's own (`actor_rollout_ref.model.tokenizer_path` or `.path`)."""
+    tokenizer: str | None = None
+    """verl: a tokenizer class or path. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     train_files: Any = "minirl://arithmetic/train"
     """Parquet file(s) in verl's row format, or `minirl://<task>/train` for an embedded task."""
     val_files: Any = "minirl://arithmetic/val"
@@ -56,20 +70,27 @@ class DataConfig:
     """Most tokens the rollout may generate per response (`rollout.response_length`)."""
     train_batch_size: int = 32
     """PROMPTS per training step. Each prompt becomes `rollout.n` sequences."""
-    val_batch_size: Optional[int] = None
-    """Prompts per validation batch (null: the whole validation set at once)."""
+    val_batch_size: int | None = None
+    """verl: validation batch size (deprecated there). Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     return_raw_chat: bool = True
-    """Keep the chat messages so the agent loop applies the chat template itself (verl's default)."""
+    """verl: hand the chat messages to the agent loop, which templates them (minirl always does). Not implemented by
+    minirl: must stay at its default (see `minirl.config.unimplemented`)."""
     shuffle: bool = True
     """Shuffle the training prompts each epoch."""
-    seed: Optional[int] = 42
+    seed: int | None = 42
     """Seed of the training sampler."""
     filter_overlong_prompts: bool = False
     """Drop prompts longer than `max_prompt_length` instead of failing."""
     truncation: str = "error"
     """What to do with an over-long prompt: error | left | right."""
+    return_full_prompt: bool = False
+    """Also return the templated prompt text as `full_prompts` (for inspection; the rollout uses the ids)."""
+    apply_chat_template_kwargs: dict = field(default_factory=dict)
+    """Extra keyword arguments for the tokenizer's `apply_chat_template` (e.g. `{enable_thinking: false}`)."""
     dataloader_num_workers: int = 0
-    """Dataloader worker processes (0: in the trainer process)."""
+    """verl: dataloader worker processes. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     builtin: BuiltinTaskConfig = field(default_factory=BuiltinTaskConfig)
     """minirl only: the embedded task's sizes."""
 
@@ -78,81 +99,23 @@ class DataConfig:
 
 
 @dataclass
-class ModelConfig:
-    """`*.model`: which weights to load (verl: `HFModelConfig`, `verl/workers/config/model.py`)."""
+class PolicyLossRolloutCorrectionConfig:
+    """`actor.policy_loss.rollout_correction`: what `loss_mode=bypass_mode` computes (verl: `RolloutCorrectionConfig`,
+    `verl/trainer/config/algorithm.py:63`, with its dataclass defaults)."""
 
-    path: str = "minirl://tiny-qwen2"
-    """`minirl://tiny-qwen2` (built locally), a local directory, or a hub id."""
-    tokenizer_path: Optional[str] = None
-    """Tokenizer location if not `path`."""
-    override_config: dict = field(default_factory=dict)
-    """Keys merged into the model's HF config before it is built."""
-    enable_gradient_checkpointing: bool = False
-    """Recompute activations in backward to save memory."""
-    use_remove_padding: bool = False
-    """verl packs sequences without padding (flash-attn varlen); minirl always keeps padding."""
-    trust_remote_code: bool = False
-    """Passed to transformers' `from_pretrained`."""
-
-
-@dataclass
-class OptimConfig:
-    """`*.optim`: optimizer and LR schedule (verl: `FSDPOptimizerConfig`, `verl/workers/config/optimizer.py`)."""
-
-    optimizer: str = "AdamW"
-    """Optimizer class (minirl: AdamW only)."""
-    lr: float = 1e-4
-    """Peak learning rate."""
-    lr_warmup_steps_ratio: float = 0.0
-    """Warm-up length as a fraction of total training steps (used when `lr_warmup_steps` < 0)."""
-    lr_warmup_steps: int = -1
-    """Warm-up length in steps; -1 means use the ratio."""
-    total_training_steps: int = -1
-    """Filled in by the trainer from the dataloader length and `trainer.total_training_steps`."""
-    weight_decay: float = 0.01
-    """AdamW weight decay."""
-    betas: list = field(default_factory=lambda: [0.9, 0.999])
-    """AdamW betas."""
-    clip_grad: float = 1.0
-    """Global gradient-norm clip."""
-    min_lr_ratio: float = 0.0
-    """Cosine schedule floor, as a fraction of `lr`."""
-    num_cycles: float = 0.5
-    """Cosine cycles over the run (0.5: one half-cosine decay)."""
-    lr_scheduler_type: str = "constant"
-    """constant | cosine (both after warm-up)."""
-    override_optimizer_config: Optional[dict] = None
-    """Extra AdamW keyword arguments, e.g. `{eps: 1.0e-6}` (verl: same key)."""
-
-
-@dataclass
-class FSDPConfig:
-    """`*.fsdp_config`: how the engine shards and casts the model (verl: `FSDPEngineConfig`)."""
-
-    param_offload: bool = False
-    """Keep parameters on CPU between uses (a no-op on a CPU-only machine)."""
-    optimizer_offload: bool = False
-    """Keep optimizer state on CPU between uses."""
-    reshard_after_forward: bool = True
-    """FSDP2: free the gathered parameters after forward (ZeRO-3) or keep them (ZeRO-2)."""
-    fsdp_size: int = -1
-    """Ranks per shard group; -1 shards over all data-parallel ranks."""
-    model_dtype: str = "fp32"
-    """dtype the parameters are stored in."""
-    dtype: str = "float32"
-    """Compute dtype of forward/backward (mixed precision: bfloat16 on GPU)."""
-    seed: int = 42
-    """Seed for model initialisation and dropout."""
-
-
-@dataclass
-class CheckpointContentsConfig:
-    """`*.checkpoint`: what a checkpoint holds (verl: `CheckpointConfig`)."""
-
-    save_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    """Parts written at `trainer.save_freq`: model, optimizer, extra (scheduler, RNG)."""
-    load_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
-    """Parts restored on resume."""
+    loss_type: str = "ppo_clip"
+    """ppo_clip: PPO's clipped loss against the rollout's log-probs (the ratio is the IS weight); reinforce:
+    -A log pi times the IS weights."""
+    rollout_is: str | None = "sequence"
+    """IS weight level: token, sequence (the product over the response), or null (none)."""
+    rollout_is_threshold: Any = 2.0
+    """A number: truncate the weights at it (TIS); a 'lower_upper' string: zero them outside (IcePop)."""
+    rollout_is_batch_normalize: bool = False
+    """Divide the weights by their mean."""
+    rollout_rs: str | None = None
+    """Rejection criteria, comma-separated (token_k1, seq_mean_k3, seq_max_k2, ...), or null (none)."""
+    rollout_rs_threshold: Any = None
+    """One bound per criterion (or one shared); k1 criteria take 'lower_upper' ratio bounds."""
 
 
 @dataclass
@@ -160,7 +123,8 @@ class PolicyLossConfig:
     """`actor.policy_loss`: which policy loss and its knobs (verl: `PolicyLossConfig`)."""
 
     loss_mode: str = "vanilla"
-    """Registered name in `core_algos` (vanilla, gspo, sapo, cispo, gpg, clip_cov, kl_cov, geo_mean)."""
+    """Registered name in `core_algos` (vanilla, dppo_tv, dppo_kl, gspo, sapo, gpg, clip_cov, kl_cov, geo_mean, dro,
+    cispo, bypass_mode)."""
     clip_cov_ratio: float = 0.0002
     """clip_cov: fraction of tokens whose gradient is clipped."""
     clip_cov_lb: float = 1.0
@@ -171,6 +135,10 @@ class PolicyLossConfig:
     """kl_cov: fraction of tokens that get the KL penalty."""
     ppo_kl_coef: float = 0.1
     """kl_cov: coefficient of that penalty."""
+    dro_beta: float | None = None
+    """dro: weight beta of the squared log-ratio penalty; required (> 0) when `loss_mode` is dro."""
+    rollout_correction: PolicyLossRolloutCorrectionConfig = field(default_factory=PolicyLossRolloutCorrectionConfig)
+    """bypass_mode: importance weights and rejection between the rollout's policy and the actor's."""
 
 
 @dataclass
@@ -178,17 +146,22 @@ class ActorConfig:
     """`actor_rollout_ref.actor`: the policy being trained (verl: `ActorConfig`, `verl/workers/config/actor.py:105`)."""
 
     strategy: str = "fsdp2"
-    """Training backend: fsdp / fsdp2 (minirl implements FSDP2 for both)."""
+    """The training engine, set by `model_engine`: fsdp2 (dp) or torchtitan (verl also: fsdp, megatron, veomni)."""
+    torchtitan: TorchtitanEngineConfig | None = None
+    """The torchtitan engine's mesh (present with `model_engine=torchtitan`)."""
     rollout_n: int = 8
-    """Copied from `rollout.n`: sequences per prompt."""
+    """Copied from `rollout.n` (as in verl); set `rollout.n`. Not implemented by minirl: must stay at its default
+    (see `minirl.config.unimplemented`)."""
     ppo_mini_batch_size: int = 32
     """PROMPTS per optimizer step; the engine sees `ppo_mini_batch_size * rollout.n` sequences."""
-    ppo_micro_batch_size: Optional[int] = None
-    """Deprecated in verl; use `ppo_micro_batch_size_per_gpu`."""
-    ppo_micro_batch_size_per_gpu: Optional[int] = 64
+    ppo_micro_batch_size: int | None = None
+    """Deprecated in verl; use `ppo_micro_batch_size_per_gpu`. Not implemented by minirl: must stay at its default
+    (see `minirl.config.unimplemented`)."""
+    ppo_micro_batch_size_per_gpu: int | None = 64
     """SEQUENCES per forward/backward on one rank; gradients accumulate over micro-batches."""
     use_dynamic_bsz: bool = False
-    """verl packs micro-batches by token count; minirl does not (must stay false)."""
+    """verl: micro-batches by token count. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     ppo_epochs: int = 1
     """Passes over the batch per training step."""
     shuffle: bool = False
@@ -209,12 +182,19 @@ class ActorConfig:
     """sapo: temperature for negative advantages."""
     loss_agg_mode: str = "token-mean"
     """token-mean | token-sum | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm."""
-    loss_scale_factor: Optional[float] = None
+    loss_scale_factor: float | None = None
     """seq-mean-token-sum-norm divisor (null: the response length)."""
     entropy_coeff: float = 0.0
     """Entropy bonus coefficient (0 disables the entropy term)."""
     calculate_entropy: bool = False
     """Compute entropy for metrics even when `entropy_coeff` is 0."""
+    calculate_sum_pi_squared: bool = False
+    """Make the old-log-prob forward also return `sum_pi_squared` (sum over the vocabulary of the squared
+    next-token probabilities), which `optimal_token_baseline` and `tir_optimal_token_baseline` need."""
+    use_prefix_grouper: bool = True
+    """Run each distinct prompt of a micro-batch once and continue its `n` responses from a shared KV cache, in the
+    actor's log-prob and update forwards (`minirl.workers.engine.forward_layout`): same numbers to float rounding,
+    ~3x less work at n=8. verl's default is false (its PrefixGrouper is a separate package on the legacy path)."""
     use_kl_loss: bool = False
     """Add `kl_loss_coef * KL(actor || ref)` to the policy loss (GRPO's KL)."""
     kl_loss_coef: float = 0.001
@@ -238,15 +218,20 @@ class RefConfig:
     """`actor_rollout_ref.ref`: the frozen reference policy, used only when a KL option is on."""
 
     rollout_n: int = 8
-    """Copied from `rollout.n`."""
+    """Copied from `rollout.n`. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     strategy: str = "fsdp2"
-    """Same backend as the actor."""
-    log_prob_micro_batch_size: Optional[int] = None
-    """Deprecated in verl; use the `_per_gpu` key."""
-    log_prob_micro_batch_size_per_gpu: Optional[int] = 64
+    """Same backend as the actor (follows `actor.strategy`)."""
+    torchtitan: TorchtitanEngineConfig | None = None
+    """The torchtitan engine's mesh, the actor's by default (present with `model_engine=torchtitan`)."""
+    log_prob_micro_batch_size: int | None = None
+    """Deprecated in verl; use the `_per_gpu` key. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
+    log_prob_micro_batch_size_per_gpu: int | None = 64
     """Sequences per forward when computing `ref_log_prob`."""
     log_prob_use_dynamic_bsz: bool = False
-    """Token-count micro-batching (not in minirl)."""
+    """verl: token-count micro-batching. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
     """Sharding and dtypes."""
 
@@ -268,22 +253,6 @@ class SamplingKwargs:
 
 
 @dataclass
-class MultiTurnConfig:
-    """`rollout.multi_turn`: tool-using multi-turn agent loops (verl: `MultiTurnConfig`)."""
-
-    enable: bool = False
-    """Use the tool agent loop."""
-    max_assistant_turns: Optional[int] = None
-    """Stop a session after this many assistant turns."""
-    max_user_turns: Optional[int] = None
-    """Stop a session after this many tool/user turns."""
-    tool_config_path: Optional[str] = None
-    """YAML describing the tools."""
-    max_tool_response_length: int = 256
-    """Tool outputs are cut to this many tokens."""
-
-
-@dataclass
 class AgentConfig:
     """`rollout.agent`: the agent-loop workers (verl: `AgentLoopConfig`)."""
 
@@ -295,10 +264,22 @@ class AgentConfig:
 
 @dataclass
 class CheckpointEngineConfig:
-    """`rollout.checkpoint_engine`: how weights travel from the actor to the rollout."""
+    """`rollout.checkpoint_engine`: how weights travel from the actor to the rollout (verl: `CheckpointEngineConfig`,
+    `verl/workers/config/rollout.py:125`; `minirl.checkpoint_engine`)."""
 
     backend: str = "naive"
-    """naive: full tensors streamed in-process (verl also has nccl/nixl/hccl backends)."""
+    """naive: full tensors handed over in the controller process (`rollout.nnodes=0`) | nccl: buckets broadcast from
+    actor rank 0 to the rollout servers (`rollout.nnodes=1`; gloo on CPU, NCCL on GPU). verl also has nixl, hccl,
+    mooncake, kimi, delta_sharded; its sync trainer always uses naive, its separate_async the configured one."""
+    update_weights_bucket_megabytes: float = 2048
+    """MiB per bucket of a streaming sync: tensors are packed in order into buckets of this size, a larger tensor is
+    split over several. verl's is an integer (2048); minirl also takes fractions (0.25) for the tiny model."""
+    debug_skip_sync_steps: list = field(default_factory=list)
+    """minirl only, debug/test only (lab 06): the weight syncs after these training steps do not happen, so the
+    next step samples with stale weights (and the sync-mode version check is off). Never on by default."""
+    debug_partial_sync_steps: list = field(default_factory=list)
+    """minirl only, debug/test only (lab 06): the syncs after these steps send only the first half of the tensors;
+    the rollout still takes the new version. Never on by default."""
 
 
 @dataclass
@@ -308,7 +289,9 @@ class RolloutConfig:
     name: str = "hf"
     """hf (transformers/torch, runs anywhere) | vllm."""
     mode: str = "async"
-    """verl runs rollout replicas as async servers; minirl batches requests in-process."""
+    """verl runs rollout replicas as async servers (only async); so does minirl with `nnodes=1`, and with `nnodes=0`
+    it batches requests in-process. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     temperature: float = 1.0
     """Sampling temperature; the actor divides logits by the same value when it recomputes log-probs."""
     top_k: int = -1
@@ -334,19 +317,31 @@ class RolloutConfig:
     free_cache_engine: bool = True
     """vLLM: free the KV cache while training (sleep mode; not on CPU)."""
     tensor_model_parallel_size: int = 1
-    """vLLM tensor parallel size."""
+    """vLLM tensor parallel size (hf: 1)."""
+    nnodes: int = 0
+    """0: the rollout lives with the trainer (minirl: in the controller process, the one-process debug mode; verl:
+    hybrid replicas in the training workers). 1: standalone rollout servers, one process per replica on 127.0.0.1
+    (`minirl.workers.rollout.llm_server`); minirl starts servers on this machine only."""
+    n_gpus_per_node: int = 1
+    """Devices per rollout node (copied from `trainer.n_gpus_per_node`); with `nnodes=1`, replicas =
+    `n_gpus_per_node // (tensor * data * pipeline parallel)`; on CPU each "device" is one server process."""
+    data_parallel_size: int = 1
+    """Data-parallel ranks inside one replica (verl: vLLM/SGLang DP); minirl's replica is one engine: 1."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline stages inside one replica (verl: vLLM/SGLang PP); minirl's replica is one engine: 1."""
     max_num_seqs: int = 256
     """Most sequences decoded together."""
-    max_model_len: Optional[int] = None
+    max_model_len: int | None = None
     """vLLM max context (null: prompt_length + response_length)."""
     enable_prefix_caching: bool = True
     """vLLM prefix cache (reset after every weight sync)."""
-    log_prob_micro_batch_size: Optional[int] = None
-    """Deprecated in verl."""
-    log_prob_micro_batch_size_per_gpu: Optional[int] = 64
+    log_prob_micro_batch_size: int | None = None
+    """Deprecated in verl. Not implemented by minirl: must stay at its default (see `minirl.config.unimplemented`)."""
+    log_prob_micro_batch_size_per_gpu: int | None = 64
     """Sequences per forward when the actor recomputes `old_log_probs`."""
     log_prob_use_dynamic_bsz: bool = False
-    """Token-count micro-batching (not in minirl)."""
+    """verl: token-count micro-batching. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     calculate_log_probs: bool = True
     """Return per-token log-probs of the sampled tokens (`rollout_log_probs`)."""
     engine_kwargs: dict = field(default_factory=lambda: {"vllm": {}})
@@ -354,7 +349,7 @@ class RolloutConfig:
     val_kwargs: SamplingKwargs = field(default_factory=SamplingKwargs)
     """Sampling for validation."""
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
-    """Multi-turn / tools."""
+    """Multi-turn sessions with tools (`minirl.config.schema_multi_turn`)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
     """Agent-loop workers."""
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
@@ -366,7 +361,8 @@ class ActorRolloutRefConfig:
     """`actor_rollout_ref`: actor, rollout and reference in one worker group (the hybrid engine)."""
 
     hybrid_engine: bool = True
-    """Actor and rollout share a worker (and a GPU) and hand weights over in memory."""
+    """verl: actor and rollout share the GPUs (minirl: always). Not implemented by minirl: must stay at its default
+    (see `minirl.config.unimplemented`)."""
     model: ModelConfig = field(default_factory=ModelConfig)
     """The policy's weights."""
     actor: ActorConfig = field(default_factory=ActorConfig)
@@ -384,22 +380,26 @@ class ActorRolloutRefConfig:
 class CriticConfig:
     """`critic`: the value model PPO/GAE needs (verl: `CriticConfig`, `verl/workers/config/critic.py:45`)."""
 
-    enable: Optional[bool] = None
+    enable: bool | None = None
     """null: on exactly when the advantage estimator needs values (gae)."""
     strategy: str = "fsdp2"
-    """Training backend."""
+    """Training backend, set by `model_engine`: fsdp2 (dp) or torchtitan."""
+    torchtitan: TorchtitanEngineConfig | None = None
+    """The critic's own torchtitan mesh (present with `model_engine=torchtitan`; tensor_parallel_size 1 as in verl)."""
     rollout_n: int = 8
-    """Copied from `rollout.n`."""
+    """Copied from `rollout.n`. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     ppo_mini_batch_size: int = 32
     """Prompts per critic optimizer step."""
-    ppo_micro_batch_size: Optional[int] = None
-    """Deprecated in verl."""
-    ppo_micro_batch_size_per_gpu: Optional[int] = 64
+    ppo_micro_batch_size: int | None = None
+    """Deprecated in verl. Not implemented by minirl: must stay at its default (see `minirl.config.unimplemented`)."""
+    ppo_micro_batch_size_per_gpu: int | None = 64
     """Sequences per forward/backward on one rank."""
-    forward_micro_batch_size_per_gpu: Optional[int] = 64
+    forward_micro_batch_size_per_gpu: int | None = 64
     """Sequences per forward when computing values."""
     use_dynamic_bsz: bool = False
-    """Not in minirl."""
+    """verl: token-count micro-batching. Not implemented by minirl: must stay at its default (see
+    `minirl.config.unimplemented`)."""
     ppo_epochs: int = 1
     """Passes per step."""
     shuffle: bool = False
@@ -422,41 +422,6 @@ class CriticConfig:
     """Checkpoint contents."""
 
 
-# --------------------------------------------------------------------------------------------- reward
-
-
-@dataclass
-class CustomRewardFunctionConfig:
-    """`reward.custom_reward_function`: a user's score function loaded from a file."""
-
-    path: Optional[str] = None
-    """Python file defining the function (null: the built-in scorer chosen by data_source)."""
-    name: str = "compute_score"
-    """Function name in that file: `fn(data_source, solution_str, ground_truth, extra_info) -> float | dict`."""
-
-
-@dataclass
-class RewardManagerConfig:
-    """`reward.reward_manager`: which reward manager turns responses into scores."""
-
-    source: str = "register"
-    """register: a manager registered by name."""
-    name: str = "naive"
-    """naive (one sample at a time) | batch (the whole batch in one call)."""
-
-
-@dataclass
-class RewardConfig:
-    """`reward`: how responses are scored (verl: `RewardConfig`)."""
-
-    num_workers: int = 1
-    """Reward workers (minirl scores in the trainer process)."""
-    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
-    """User score function."""
-    reward_manager: RewardManagerConfig = field(default_factory=RewardManagerConfig)
-    """Reward manager."""
-
-
 # ------------------------------------------------------------------------------------------ algorithm
 
 
@@ -475,20 +440,6 @@ class KLControlConfig:
 
 
 @dataclass
-class RolloutCorrectionConfig:
-    """`algorithm.rollout_correction` (verl: `verl/trainer/config/algorithm/rollout_correction.yaml`).
-
-    minirl implements only `bypass_mode`; verl also has importance-sampling weights and rejection
-    sampling (`rollout_is`, `rollout_rs`, thresholds) for correcting rollout/actor mismatch.
-    """
-
-    bypass_mode: bool = False
-    """True: use the rollout's log-probs as `old_log_probs` instead of recomputing them with the actor
-    (saves one forward pass per step; exact only when rollout and actor compute the same numbers, as the
-    fp32 hf rollout does)."""
-
-
-@dataclass
 class AlgoConfig:
     """`algorithm`: advantage estimator and KL-in-reward (verl: `AlgoConfig`, `verl/trainer/config/algorithm.py:620`)."""
 
@@ -497,7 +448,8 @@ class AlgoConfig:
     lam: float = 1.0
     """GAE lambda."""
     adv_estimator: str = "grpo"
-    """gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | gpg | opo | grpo_passk."""
+    """gae | grpo | grpo_vectorized | gdpo | rloo | rloo_vectorized | reinforce_plus_plus | reinforce_plus_plus_baseline
+    | remax | gpg | opo | grpo_passk | optimal_token_baseline | tir_optimal_token_baseline."""
     norm_adv_by_std_in_grpo: bool = True
     """GRPO divides by the group std (False: Dr. GRPO's mean-only baseline)."""
     use_kl_in_reward: bool = False
@@ -507,29 +459,28 @@ class AlgoConfig:
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     """Controller of beta."""
     rollout_correction: RolloutCorrectionConfig = field(default_factory=RolloutCorrectionConfig)
-    """How old_log_probs relate to the rollout's log-probs."""
+    """How old_log_probs relate to the rollout's log-probs: IS weights, rejection, bypass
+    (`minirl.config.schema_async`)."""
+    gdpo_reward_keys: list | None = None
+    """gdpo: the reward columns (keys of `compute_score`'s dict) normalised within each group one by one."""
+    gdpo_reward_weights: list | None = None
+    """gdpo: one weight per key for adding the normalised columns (null: all 1)."""
 
 
 # -------------------------------------------------------------------------------------------- trainer
 
 
 @dataclass
-class TrainerV1Config:
-    """`trainer.v1`: which V1 trainer runs the loop."""
-
-    trainer_mode: str = "sync"
-    """sync (minirl) | colocate_async | separate_async (verl)."""
-
-
-@dataclass
 class TrainerConfig:
     """`trainer`: the loop around the steps (verl: `trainer:` group)."""
 
-    balance_batch: bool = False
-    """Reorder sequences so that ranks get equal token counts."""
+    balance_batch: bool = True
+    """Reorder the step's sequences so each data-parallel rank's chunk carries about the same workload
+    (`PPOTrainer._balance_batch`). verl V1 balances every step and reads this key only in the legacy
+    trainer; minirl balances unless it is false. On one rank it changes nothing."""
     total_epochs: int = 1
     """Passes over the training prompts."""
-    total_training_steps: Optional[int] = None
+    total_training_steps: int | None = None
     """Stop after this many steps (null: epochs x batches per epoch)."""
     project_name: str = "minirl"
     """Used in the output directory."""
@@ -538,7 +489,8 @@ class TrainerConfig:
     logger: list = field(default_factory=lambda: ["console", "file"])
     """console: a line per step; file: metrics.jsonl in default_local_dir."""
     log_val_generations: int = 0
-    """Print this many validation generations."""
+    """verl: log this many validation generations to the trackers. Not implemented by minirl: must stay at its
+    default (see `minirl.config.unimplemented`)."""
     nnodes: int = 1
     """Machines."""
     n_gpus_per_node: int = 1
@@ -551,7 +503,7 @@ class TrainerConfig:
     """Save a checkpoint every this many steps (-1: never)."""
     resume_mode: str = "auto"
     """auto: resume from the latest checkpoint in default_local_dir | disable | resume_path."""
-    resume_from_path: Optional[str] = None
+    resume_from_path: str | None = None
     """Checkpoint folder when resume_mode=resume_path."""
     val_before_train: bool = True
     """Validate once before the first step."""
@@ -563,18 +515,25 @@ class TrainerConfig:
     """Steps during which only the critic trains."""
     default_local_dir: str = "checkpoints/minirl/arithmetic_grpo"
     """Where checkpoints, metrics and traces go."""
-    max_actor_ckpt_to_keep: Optional[int] = None
+    max_actor_ckpt_to_keep: int | None = None
     """Keep only the newest N checkpoints."""
-    max_critic_ckpt_to_keep: Optional[int] = None
-    """Same for the critic."""
+    max_critic_ckpt_to_keep: int | None = None
+    """verl: keep the newest N critic checkpoints (minirl: `max_actor_ckpt_to_keep` prunes whole steps). Not
+    implemented by minirl: must stay at its default (see `minirl.config.unimplemented`)."""
     device: str = "cpu"
     """cpu | cuda."""
     seed: int = 42
     """Global seed."""
+    nonfinite: str = "stop"
+    """minirl only: what a NaN/inf in a stage's new float fields, a loss or a grad norm does. stop: end the run with
+    one line naming the step, stage and field (exit 2); skip: record and count it and go on (the engine skips every
+    optimizer step whose grad norm is not finite, as verl's does). See `minirl.trainer.ppo.finite_checks`."""
     use_v1: bool = True
-    """verl's V1 trainer (PPOTrainer); minirl has only that one."""
+    """verl's V1 trainer (PPOTrainer); minirl has only that one. Not implemented by minirl: must stay at its default
+    (see `minirl.config.unimplemented`)."""
     v1: TrainerV1Config = field(default_factory=TrainerV1Config)
-    """V1 mode."""
+    """Which V1 trainer (sync, colocate_async, separate_async) and the async trainers' settings
+    (`minirl.config.schema_async`)."""
 
 
 @dataclass
@@ -591,9 +550,9 @@ class TraceConfig:
 class RayInitConfig:
     """`ray_kwargs.ray_init`: arguments of `ray.init`."""
 
-    num_cpus: Optional[int] = None
+    num_cpus: int | None = None
     """CPUs Ray may schedule (null: what the placement groups need)."""
-    address: Optional[str] = None
+    address: str | None = None
     """null: a private local Ray; `auto` or host:port joins a cluster started with `ray start`."""
 
 
@@ -609,6 +568,8 @@ class RayKwargsConfig:
 class MinirlConfig:
     """The whole trainer config, group by group, as in verl's `ppo_trainer.yaml`."""
 
+    model_engine: str = "dp"
+    """The Hydra group choice that picks every role's engine files: dp (FSDP2) | torchtitan (TP x FSDP2)."""
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)

@@ -8,7 +8,7 @@
   `examples/data_preprocess/gsm8k.py`, on local files).
 """
 
-from minirl.data.rl_dataset import RLDataset, RLHFDataset, collate_fn, collate_to_dataproto
+from minirl.data.rl_dataset import DataError, RLDataset, RLHFDataset, collate_fn, collate_to_dataproto
 from minirl.data.tasks import (
     TASKS,
     make_arithmetic_rows,
@@ -21,6 +21,7 @@ from minirl.data.tasks import (
 
 __all__ = [
     "TASKS",
+    "DataError",
     "RLDataset",
     "RLHFDataset",
     "collate_fn",

@@ -28,9 +28,19 @@ Mirrors `RLHFDataset` (`verl/utils/dataset/rl_dataset.py:72`) and `collate_fn`
 from `raw_prompt` and left-truncates them to `rollout.prompt_length` with a warning
 (`AgentLoopBase._cap_text_prompt_length`, `verl/experimental/agent_loop/agent_loop.py:407`); verl
 reads `data.truncation` but does not use it. minirl also returns `raw_prompt_ids`, cut as
-`truncation` says, so an over-long prompt fails here, early, with a message that says what to change.
-Overlong filtering tokenizes every prompt once at start-up, as verl's
-`maybe_filter_out_long_prompts` (`verl/utils/dataset/rl_dataset.py:197`) does.
+`truncation` says, and the agent loop sends exactly those ids to the rollout
+(`SingleTurnAgentLoop.run`), so `data.truncation=left|right|middle` decides what the policy sees.
+Every prompt is tokenized once when the dataset loads, as verl's `maybe_filter_out_long_prompts`
+(`verl/utils/dataset/rl_dataset.py:197`) does when filtering: over-long prompts are dropped
+(`filter_overlong_prompts=True`), or, with `truncation=error`, the first one fails the load, before any
+step runs, naming its file and row.
+
+Bad data is a `DataError` (a `ValueError`), one line that names the file, the row or column and the
+fix: a directory or a file that is not parquet, an empty, truncated or unreadable file, a file
+without rows, a missing prompt column (`data.prompt_key`), a missing `data.reward_fn_key` or
+`reward_model` column or a row without `reward_model.ground_truth` (verl's reward manager reads
+both), a prompt that is not a list of `{"role", "content"}` messages. `minirl train` prints it and
+exits with code 2.
 
 Simplified: parquet files are read with pyarrow into a list of dicts (verl: HF `datasets`, with a
 local cache and HDFS copy); no multimodal inputs, no tool schemas in the length check, no resume
@@ -42,18 +52,74 @@ from __future__ import annotations
 import copy
 import os
 from collections import defaultdict
-from collections.abc import Mapping
-from dataclasses import is_dataclass
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from minirl.data.errors import DataError
 from minirl.data.tasks import resolve_data_files
+from minirl.utils.config import cfg_get
 
-__all__ = ["RLDataset", "RLHFDataset", "collate_fn", "collate_to_dataproto"]
+__all__ = ["DataError", "RLDataset", "RLHFDataset", "collate_fn", "collate_to_dataproto"]
 
 _TRUNCATIONS = ("error", "left", "right", "middle")
+_FORMAT_HINT = "verl's row format: see `python -m minirl.data.gsm8k --help` or minirl.data.tasks"
+
+
+def _short(value, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def read_parquet_rows(path: str) -> list[dict]:
+    """The rows of one parquet file as dicts; a `DataError` naming the file for anything unreadable."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if os.path.isdir(path):
+        raise DataError(f"{path}: is a directory, not a parquet file. Fix: list the .parquet files inside it "
+                        "(data.train_files=[<dir>/train.parquet, ...]).")
+    if not path.endswith(".parquet"):
+        ext = os.path.splitext(path)[1] or "no extension"
+        raise DataError(f"{path}: RLDataset reads .parquet files, not {ext}. Fix: convert it to parquet in "
+                        f"{_FORMAT_HINT} (e.g. pandas.read_json(path, lines=True).to_parquet(...)).")
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(4)
+    except OSError as e:
+        raise DataError(f"{path}: cannot be read ({e.strerror or e}). Fix: give this user read access "
+                        "(chmod a+r) or copy the file somewhere readable.") from None
+    if size == 0:
+        raise DataError(f"{path}: the file is empty (0 bytes). Fix: write it again (a killed writer leaves "
+                        "empty files), or drop it from the data files.")
+    if head != b"PAR1":
+        raise DataError(f"{path}: not a parquet file (it starts with {head!r}, parquet starts with b'PAR1'). "
+                        f"Fix: convert it to parquet in {_FORMAT_HINT}.")
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowException, OSError) as e:
+        reason = str(e).splitlines()[0].replace(f"'{path}'", "").replace(path, "").strip(": ")
+        raise DataError(f"{path}: a truncated or corrupt parquet file ({reason}). Fix: write it again "
+                        "(pyarrow.parquet.write_table or DataFrame.to_parquet).") from None
+    if table.num_rows == 0:
+        raise DataError(f"{path}: the file has no rows (columns: {table.column_names}). Fix: write the prompts "
+                        "into it, or drop it from the data files.")
+    return table.to_pylist()
+
+
+def chat_form_problem(messages) -> str | None:
+    """Why `messages` is not a chat prompt (a non-empty list of `{"role": str, "content": str}`), or None."""
+    if isinstance(messages, str):
+        return f"is a string ({_short(messages, 40)}), not a list of chat messages"
+    if not isinstance(messages, (list, tuple)) or not messages:
+        return f"is {_short(messages, 40)}, not a non-empty list of chat messages"
+    for j, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str) \
+                or not isinstance(message.get("content"), str):
+            return f"message {j} is {_short(message, 50)}, not {{'role': str, 'content': str}}"
+    return None
 
 
 def collate_fn(data_list: list[dict]) -> dict:
@@ -79,17 +145,6 @@ def collate_to_dataproto(data_list: list[dict]):
     return DataProto.from_single_dict(collate_fn(data_list))
 
 
-def _cfg_get(config, key: str, default=None):
-    """Read a key from a dict, an OmegaConf node or a dataclass alike."""
-    if config is None:
-        return default
-    if isinstance(config, Mapping) or (hasattr(config, "get") and not is_dataclass(config)):
-        value = config.get(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None and default is not None else value
-
-
 class RLDataset(Dataset):
     """Prompts from parquet files in verl's row format (see the module docstring for the item keys).
 
@@ -110,16 +165,16 @@ class RLDataset(Dataset):
         self.tokenizer = tokenizer
         self.config = config
         self.max_samples = max_samples
-        self.prompt_key = _cfg_get(config, "prompt_key", "prompt")
-        self.max_prompt_length = int(_cfg_get(config, "max_prompt_length", 1024))
-        self.filter_overlong_prompts = bool(_cfg_get(config, "filter_overlong_prompts", True))
-        self.truncation = _cfg_get(config, "truncation", "error")
-        self.return_full_prompt = bool(_cfg_get(config, "return_full_prompt", False))
-        self.apply_chat_template_kwargs = dict(_cfg_get(config, "apply_chat_template_kwargs", {}) or {})
-        self.shuffle = bool(_cfg_get(config, "shuffle", False))
-        self.seed = _cfg_get(config, "seed", None)
+        self.prompt_key = cfg_get(config, "prompt_key", "prompt")
+        self.max_prompt_length = int(cfg_get(config, "max_prompt_length", 1024))
+        self.filter_overlong_prompts = bool(cfg_get(config, "filter_overlong_prompts", True))
+        self.truncation = cfg_get(config, "truncation", "error")
+        self.return_full_prompt = bool(cfg_get(config, "return_full_prompt", False))
+        self.apply_chat_template_kwargs = dict(cfg_get(config, "apply_chat_template_kwargs", {}) or {})
+        self.shuffle = bool(cfg_get(config, "shuffle", False))
+        self.seed = cfg_get(config, "seed", None)
         if self.truncation not in _TRUNCATIONS:
-            raise ValueError(f"data.truncation must be one of {list(_TRUNCATIONS)}, got {self.truncation!r}")
+            raise DataError(f"data.truncation must be one of {list(_TRUNCATIONS)}, got {self.truncation!r}")
 
         self._download()
         self._read_files_and_tokenize()
@@ -128,23 +183,18 @@ class RLDataset(Dataset):
     def _download(self) -> None:
         """Local paths of the data files (verl copies HDFS files here; minirl builds `minirl://` tasks)."""
         self.data_files = resolve_data_files(
-            self.original_data_files, builtin=_cfg_get(self.config, "builtin")
+            self.original_data_files, builtin=cfg_get(self.config, "builtin")
         )
 
     def _read_files_and_tokenize(self) -> None:
-        import pyarrow.parquet as pq
-
+        """Read every file, check its columns and rows, pick `max_samples`, then check prompt lengths."""
         rows: list[dict] = []
+        self.origins: list[tuple[str, int]] = []  # (file, row in that file) of every kept row, for messages
         for path in self.data_files:
-            if not path.endswith(".parquet"):
-                raise ValueError(f"unsupported data file {path!r}: RLDataset reads .parquet files")
-            rows.extend(pq.read_table(path).to_pylist())
-        missing = [i for i, row in enumerate(rows) if self.prompt_key not in row]
-        if missing:
-            raise KeyError(
-                f"row {missing[0]} of {self.data_files} has no {self.prompt_key!r} column (columns: "
-                f"{sorted(rows[missing[0]])}); set data.prompt_key to the column holding the chat messages"
-            )
+            file_rows = read_parquet_rows(path)
+            self._check_columns(path, file_rows)
+            rows.extend(file_rows)
+            self.origins.extend((path, i) for i in range(len(file_rows)))
         total = len(rows)
         if 0 < self.max_samples < total:
             if self.shuffle:
@@ -153,7 +203,30 @@ class RLDataset(Dataset):
             else:
                 picked = np.arange(self.max_samples)
             rows = [rows[i] for i in picked]
+            self.origins = [self.origins[i] for i in picked]
         self.rows = self.maybe_filter_out_long_prompts(rows)
+
+    def _check_columns(self, path: str, rows: list[dict]) -> None:
+        """The prompt column in chat form, and the two columns verl's reward manager reads."""
+        columns = sorted(rows[0])
+        reward_fn_key = cfg_get(self.config, "reward_fn_key", "data_source")
+        if self.prompt_key not in rows[0]:
+            raise DataError(f"{path}: no {self.prompt_key!r} column (columns: {columns}). Fix: set "
+                            "data.prompt_key to the column that holds the chat messages.")
+        for key, why in ((reward_fn_key, "data.reward_fn_key names it: it picks the score function"),
+                         ("reward_model", "the reward manager passes reward_model['ground_truth'] to the score function")):
+            if key not in rows[0]:
+                raise DataError(f"{path}: no {key!r} column ({why}; columns: {columns}). Fix: add it to every row "
+                                f"({_FORMAT_HINT}).")
+        for i, row in enumerate(rows):
+            problem = chat_form_problem(row[self.prompt_key])
+            if problem:
+                raise DataError(f"{path}: row {i}: {self.prompt_key!r} {problem}. Fix: store prompts as "
+                                "[{'role': 'user', 'content': <text>}] (verl's chat format).")
+            reward = row["reward_model"]
+            if not isinstance(reward, dict) or "ground_truth" not in reward:
+                raise DataError(f"{path}: row {i}: reward_model is {_short(reward)}, not a dict with 'ground_truth'. "
+                                "Fix: reward_model={'style': 'rule', 'ground_truth': <answer>} in every row.")
 
     def _templated(self, messages: list[dict]) -> str:
         kwargs = {
@@ -169,17 +242,33 @@ class RLDataset(Dataset):
         return self.tokenizer(texts, add_special_tokens=False)["input_ids"]
 
     def maybe_filter_out_long_prompts(self, rows: list[dict]) -> list[dict]:
-        """Drop rows whose templated prompt is longer than `max_prompt_length` (if filtering is on)."""
-        if not self.filter_overlong_prompts or not rows:
+        """Drop rows whose templated prompt is longer than `max_prompt_length` (`filter_overlong_prompts`), or,
+        with `truncation=error`, fail on the first one now rather than when its batch comes up."""
+        self.dropped_overlong = 0
+        if not rows or not (self.filter_overlong_prompts or self.truncation == "error"):
             return rows
         lengths = [len(ids) for ids in self._encode([self._templated(r[self.prompt_key]) for r in rows])]
-        kept = [row for row, n in zip(rows, lengths) if n <= self.max_prompt_length]
-        if not kept:
-            raise ValueError(
-                f"every one of the {len(rows)} prompts is longer than data.max_prompt_length="
-                f"{self.max_prompt_length} tokens (shortest: {min(lengths)}); raise data.max_prompt_length"
-            )
-        return kept
+        limit = self.max_prompt_length
+        if not self.filter_overlong_prompts:
+            over = [i for i, n in enumerate(lengths) if n > limit]
+            if over:
+                i = over[0]
+                path, row_in_file = self.origins[i]
+                index = (rows[i].get("extra_info") or {}).get("index", i)
+                raise DataError(
+                    f"{path}: row {row_in_file} (extra_info.index={index}) is a {lengths[i]}-token prompt, more than "
+                    f"data.max_prompt_length={limit} ({len(over)} of {len(rows)} prompts are). Fix: raise "
+                    "data.max_prompt_length, set data.filter_overlong_prompts=True to drop such prompts, or "
+                    "data.truncation=left|right|middle to cut them.")
+            return rows
+        keep = [n <= limit for n in lengths]
+        if not any(keep):
+            raise DataError(
+                f"{self.data_files}: every one of the {len(rows)} prompts is longer than data.max_prompt_length="
+                f"{limit} tokens (shortest: {min(lengths)}). Fix: raise data.max_prompt_length.")
+        self.dropped_overlong = keep.count(False)
+        self.origins = [o for o, k in zip(self.origins, keep) if k]
+        return [row for row, k in zip(rows, keep) if k]
 
     # ------------------------------------------------------------------------------------ items
     def __len__(self) -> int:
@@ -196,13 +285,9 @@ class RLDataset(Dataset):
         if self.truncation == "middle":
             head = limit // 2
             return ids[:head] + ids[len(ids) - (limit - head) :]
-        index = (row.get("extra_info") or {}).get("index", item)
-        raise ValueError(
-            f"prompt {item} (extra_info.index={index}, data_source={row.get('data_source')!r}) is {len(ids)} "
-            f"tokens long, more than data.max_prompt_length={limit}. Raise data.max_prompt_length, set "
-            f"data.filter_overlong_prompts=True to drop such prompts, or set data.truncation to "
-            f"left/right/middle to cut them."
-        )
+        path, row_in_file = self.origins[item]  # the load checked every prompt: only a changed tokenizer gets here
+        raise DataError(f"{path}: row {row_in_file} is a {len(ids)}-token prompt, more than data.max_prompt_length="
+                        f"{limit}. Fix: raise data.max_prompt_length or set data.truncation=left|right|middle.")
 
     def __getitem__(self, item: int) -> dict:
         row = copy.deepcopy(self.rows[item])

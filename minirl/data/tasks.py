@@ -16,6 +16,10 @@ This module generates such rows for two tasks small enough for a tiny model on a
 - **countdown** (TinyZero's task, github.com/Jiayi-Pan/TinyZero `examples/data_preprocess/countdown.py`):
   reach a target with the given numbers, each used once, answer in `<answer>...</answer>`.
   TinyZero reads a prepared hub dataset; minirl generates solvable problems itself.
+- **multiply_tool** ("What is 347*56?" -> `#### 19432`, with a calculator): multiplication too hard for
+  the tiny model to do in its head; each row names the tool agent loop (`agent_name: tool_agent`, as
+  verl's multi-turn datasets do), so with `rollout.multi_turn.enable=True` the model may call `calc`.
+  Its SFT rows show the tool call on a share of the problems and the bare answer on the others.
 
 Train and held-out problems never overlap: every problem has a stable hash bucket (0-99), and the
 buckets below `HOLDOUT_PERCENT` form the held-out ("test") pool whatever the seed or the sizes.
@@ -39,13 +43,17 @@ import tempfile
 import warnings
 from collections.abc import Callable
 
+from minirl.data.errors import DataError
+
 __all__ = [
     "ARITHMETIC_DATA_SOURCE",
     "COUNTDOWN_DATA_SOURCE",
     "HOLDOUT_PERCENT",
+    "MULTIPLY_TOOL_DATA_SOURCE",
     "TASKS",
     "make_arithmetic_rows",
     "make_countdown_rows",
+    "make_multiply_tool_rows",
     "make_sft_rows",
     "reference_response",
     "resolve_data_files",
@@ -56,6 +64,7 @@ __all__ = [
 
 ARITHMETIC_DATA_SOURCE = "minirl/arithmetic"
 COUNTDOWN_DATA_SOURCE = "minirl/countdown"
+MULTIPLY_TOOL_DATA_SOURCE = "minirl/multiply_tool"
 HOLDOUT_PERCENT = 10  # share of all problems reserved for the held-out split
 DATA_SCHEME = "minirl://"
 _SPLITS = {"train": "train", "test": "test", "val": "test", "validation": "test"}
@@ -260,9 +269,44 @@ def make_countdown_rows(
     return rows
 
 
+# ------------------------------------------------------------------------------------- multiply_tool
+
+CALC_TOOL = ("calc", "expr")
+"""The calculator's function name and argument (minirl/tools/config/calculator_tool_config.yaml)."""
+MULTIPLY_TOOL_SFT_FRACTION = 0.5
+"""Share of the multiply_tool SFT rows that show the tool call (the others answer directly)."""
+
+
+def make_multiply_tool_rows(n: int, seed: int, split: str, digits: int = 3, digits_b: int = 2) -> list[dict]:
+    """`n` rows "What is a*b?" (`a` of `digits` digits, `b` of `digits_b`) for the tool agent loop.
+
+    The arithmetic task's rows (same problems, same split rule) with `data_source` `minirl/multiply_tool`
+    and `agent_name` `tool_agent`: the rollout runs `ToolAgentLoop` for them. 3-digit x 2-digit has
+    81,000 ordered problems (about 72,900 train / 8,100 held out).
+    """
+    rows = make_arithmetic_rows(n, seed, split, digits=digits, op="*", digits_b=digits_b)
+    for row in rows:
+        row["data_source"] = MULTIPLY_TOOL_DATA_SOURCE
+        row["agent_name"] = "tool_agent"
+    return rows
+
+
+def tool_messages(row: dict) -> list[dict]:
+    """The multiply_tool demonstration: call `calc`, read its answer, write `#### <answer>`."""
+    from minirl.tools.calculator import evaluate
+
+    name, argument = CALC_TOOL
+    question = row["extra_info"]["question"]
+    call = {"type": "function", "function": {"name": name, "arguments": {argument: question}}}
+    return list(row["prompt"]) + [{"role": "assistant", "content": "", "tool_calls": [call]},
+                                  {"role": "tool", "content": evaluate(question)},
+                                  {"role": "assistant", "content": row["extra_info"]["answer"]}]
+
+
 TASKS: dict[str, Callable[..., list[dict]]] = {
     "arithmetic": make_arithmetic_rows,
     "countdown": make_countdown_rows,
+    "multiply_tool": make_multiply_tool_rows,
 }
 
 
@@ -271,7 +315,7 @@ TASKS: dict[str, Callable[..., list[dict]]] = {
 
 def reference_response(row: dict) -> str:
     """The correct response for a built-in task row: `#### 46` or `<answer>(3+5)*2</answer>`."""
-    if row["data_source"] == ARITHMETIC_DATA_SOURCE:
+    if row["data_source"] in (ARITHMETIC_DATA_SOURCE, MULTIPLY_TOOL_DATA_SOURCE):
         return row["extra_info"]["answer"]
     if row["data_source"] == COUNTDOWN_DATA_SOURCE:
         return f"<answer>{row['extra_info']['solution']}</answer>"
@@ -279,16 +323,24 @@ def reference_response(row: dict) -> str:
 
 
 def make_sft_rows(
-    task: str = "arithmetic", n: int = 1000, seed: int = 0, split: str = "train", **task_kwargs
+    task: str = "arithmetic", n: int = 1000, seed: int = 0, split: str = "train", tool_fraction: float | None = None,
+    **task_kwargs,
 ):
-    """Rows for the SFT warm start: the RL row plus `messages` = prompt + the reference assistant turn.
+    """Rows for the SFT warm start: the RL row plus `messages` = prompt + the reference assistant turn(s).
 
     `messages` is the column verl's multi-turn SFT dataset reads (`data.messages_key`, default
-    `"messages"`); the loss is taken on the assistant turn only.
+    `"messages"`); the loss is taken on the assistant turns only. For multiply_tool, a share
+    `tool_fraction` (default `MULTIPLY_TOOL_SFT_FRACTION`; ignored by other tasks) of the rows, picked by
+    a stable hash of seed and problem, show the whole tool episode (`tool_messages`); the rest answer directly.
     """
     rows = _task_fn(task)(n, seed, split, **task_kwargs)
+    share = MULTIPLY_TOOL_SFT_FRACTION if tool_fraction is None else float(tool_fraction)
     for row in rows:
-        row["messages"] = row["prompt"] + [{"role": "assistant", "content": reference_response(row)}]
+        key = f"{seed}:{row['extra_info'].get('question', '')}"
+        if task == "multiply_tool" and int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 16**8 < share:
+            row["messages"] = tool_messages(row)
+        else:
+            row["messages"] = row["prompt"] + [{"role": "assistant", "content": reference_response(row)}]
     return rows
 
 
@@ -365,8 +417,11 @@ def resolve_data_files(data_files, builtin=None) -> list[str]:
             resolved.append(os.path.expanduser(entry))
             continue
         task, _, split = entry[len(DATA_SCHEME) :].partition("/")
-        split = _normalize_split(split or "train")
-        kwargs = _task_kwargs(task, builtin)
+        try:
+            split = _normalize_split(split or "train")
+            kwargs = _task_kwargs(task, builtin)
+        except ValueError as e:  # an unknown task or split: one line naming the entry
+            raise DataError(f"{entry}: {e}. Fix: minirl://<task>/<split>, e.g. minirl://arithmetic/train.") from None
         digest = hashlib.sha256(json.dumps(kwargs, sort_keys=True).encode()).hexdigest()[:12]
         out_dir = os.path.join(default_cache_dir(), "data", f"{task}-{digest}")
         paths = {

@@ -1,10 +1,12 @@
-"""Load a model by path: `minirl://tiny-qwen2`, a local checkpoint directory, or a Hugging Face hub id.
+"""Load a model by path: `minirl://tiny-qwen2-sft`, a local checkpoint directory, or a Hugging Face hub id.
 
 One loading path for every model, so the tiny embedded model and a real checkpoint go through the
 same transformers calls:
 
 - `resolve_model_path(path)` turns `minirl://<preset>` (or a bare preset name) into the directory the
-  preset was built in, expands a local directory, and passes anything else through as a hub id.
+  preset was built in (`minirl://tiny-qwen2`: random init; `minirl://tiny-qwen2-sft`: its SFT warm
+  start, `minirl.models.warm_start`), expands a local directory, and passes anything else through as
+  a hub id.
 - `load_tokenizer`, `load_model_config`, `load_causal_lm` wrap the `Auto*` classes; a hub id that
   cannot be loaded (no network with `HF_HUB_OFFLINE=1`, or no such model) fails with an error that
   says so and suggests `minirl://tiny-qwen2` or a local directory.
@@ -31,6 +33,7 @@ import os
 import warnings
 
 from minirl.models.tiny import TINY_PRESETS, build_tiny_model
+from minirl.models.warm_start import WARM_START_PRESETS, build_warm_start
 
 __all__ = [
     "MINIRL_SCHEME",
@@ -44,10 +47,15 @@ __all__ = [
 MINIRL_SCHEME = "minirl://"
 
 
+def _build_preset(preset: str) -> str:
+    return build_warm_start(preset) if preset in WARM_START_PRESETS else build_tiny_model(preset)
+
+
 def resolve_model_path(path: str) -> str:
     """Map a model location to something `from_pretrained` accepts.
 
-    - `minirl://<preset>` -> builds the preset once (see `build_tiny_model`) and returns its directory;
+    - `minirl://<preset>` -> builds the preset once (`build_tiny_model`, or `build_warm_start` for
+      `tiny-qwen2-sft`) and returns its directory;
     - an existing local directory -> its absolute path (`~` expanded);
     - a bare preset name such as `tiny-qwen2` (when no directory of that name exists) -> as `minirl://`;
     - a path-like string (`/...`, `./...`, `~/...`) that does not exist -> `FileNotFoundError`;
@@ -56,19 +64,18 @@ def resolve_model_path(path: str) -> str:
     path = str(path)
     if path.startswith(MINIRL_SCHEME):
         preset = path[len(MINIRL_SCHEME) :].strip("/")
-        if preset not in TINY_PRESETS:
-            raise ValueError(
-                f"unknown embedded model {path!r}; known: {[MINIRL_SCHEME + p for p in TINY_PRESETS]}"
-            )
-        return build_tiny_model(preset)
+        known = [*TINY_PRESETS, *WARM_START_PRESETS]
+        if preset not in known:
+            raise ValueError(f"unknown embedded model {path!r}; known: {[MINIRL_SCHEME + p for p in known]}")
+        return _build_preset(preset)
     local = os.path.expanduser(path)
     if os.path.isdir(local):
         return os.path.abspath(local)
-    if path in TINY_PRESETS:
-        return build_tiny_model(path)
+    if path in TINY_PRESETS or path in WARM_START_PRESETS:
+        return _build_preset(path)
     if path.startswith(("/", "./", "../", "~")):
         raise FileNotFoundError(
-            f"model directory {local!r} does not exist. Use minirl://tiny-qwen2 for the embedded tiny model, "
+            f"model directory {local!r} does not exist. Fix: use minirl://tiny-qwen2 for the embedded tiny model, "
             f"or point actor_rollout_ref.model.path at a directory holding config.json and the weights."
         )
     return path

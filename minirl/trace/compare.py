@@ -4,23 +4,26 @@ No verl counterpart. `compare_traces(reference, fresh)` returns a list of differ
 line each (empty = same run). It checks what must be *exactly* equal when the same config runs with
 the same seed: the stages in the same order, the same workers, the fields each stage added /
 removed / changed / read, every field's storage, shape, dtype and device, the weight versions, the
-stage extras that are counts, and the config fingerprint. Numbers computed from the model (field
+stage extras that are counts, the config fingerprint, and every rank's worker calls (method,
+dispatch, local shapes, micro-batches, parameter shards, collectives). Numbers computed from the model (field
 summaries, logged metrics) must agree within `RTOL` / `ATOL`: the same seed and one torch thread
 make a re-run on the same machine bit-identical, and a different CPU (another SIMD kernel for a
 matmul) moves float32 results by ~1e-6 relative, well inside the tolerance, while a real change
-(another token sampled, another loss) moves them by far more. Wall times, run ids and paths are
-never compared.
+(another token sampled, another loss) moves them by far more. Wall times (stage extras named
+`*timing*` or `*_s`), run ids and paths are never compared.
 """
 
 from __future__ import annotations
 
 import math
 
-from minirl.trace.views import run_info, stage_events
+from minirl.trace.query import is_wall_time, run_info, stage_events
 
 RTOL = 1e-4
 ATOL = 1e-5
-_VOLATILE_METRICS = ("timing_s/", "perf/")  # wall-clock numbers: differ on every run
+# wall-clock numbers, different on every run (agent_loop/: per-session timings, verl's names)
+_VOLATILE_METRICS = ("timing_s/", "perf/", "agent_loop/")
+
 
 
 def _close(a, b, rtol, atol) -> bool:
@@ -32,8 +35,8 @@ def _close(a, b, rtol, atol) -> bool:
 
 
 def _close_tree(a, b, rtol, atol) -> bool:
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_close_tree(a[k], b[k], rtol, atol) for k in a)
+    if isinstance(a, dict) and isinstance(b, dict):  # wall times inside a stage extra are not compared
+        return a.keys() == b.keys() and all(_close_tree(a[k], b[k], rtol, atol) for k in a if not is_wall_time(k))
     if isinstance(a, list) and isinstance(b, list):
         return len(a) == len(b) and all(_close_tree(x, y, rtol, atol) for x, y in zip(a, b))
     return _close(a, b, rtol, atol)
@@ -49,7 +52,7 @@ def _compare_stage(r: dict, n: dict, where: str, rtol, atol) -> list[str]:
     if set(rx) != set(nx):
         out.append(f"{where}: extra keys {sorted(rx)} -> {sorted(nx)}")
     for k in set(rx) & set(nx):
-        if "timing" not in k and not _close_tree(rx[k], nx[k], rtol, atol):
+        if not is_wall_time(k) and not _close_tree(rx[k], nx[k], rtol, atol):
             out.append(f"{where}: extra[{k}] {rx[k]} -> {nx[k]}")
     for group in ("fields", "removed_fields"):
         out += _compare_fields(r.get(group, {}), n.get(group, {}), f"{where}: {group}", rtol, atol)
@@ -72,6 +75,34 @@ def _compare_fields(rf: dict, nf: dict, where: str, rtol, atol) -> list[str]:
     return out
 
 
+# what a per-rank `worker` event must reproduce exactly (everything but times and ids)
+_WORKER_KEYS = ("worker", "role", "method", "world_size", "dispatch", "execute", "collect", "dp_rank", "collected",
+                "status", "inputs", "output", "engines", "passes")
+
+
+def _compare_workers(reference: list[dict], fresh: list[dict]) -> list[str]:
+    """Each rank's worker calls, in order: same methods, dispatch, local shapes, micro-batches, collectives."""
+    def by_rank(events):
+        out: dict[int, list[dict]] = {}
+        for e in sorted((e for e in events if e.get("kind") == "worker"), key=lambda e: e.get("t_start", 0.0)):
+            out.setdefault(e["rank"], []).append(e)
+        return out
+
+    ref, new = by_rank(reference), by_rank(fresh)
+    if sorted(ref) != sorted(new):
+        return [f"worker ranks {sorted(ref)} -> {sorted(new)}"]
+    out = []
+    for rank in ref:
+        a, b = ref[rank], new[rank]
+        if [e["method"] for e in a] != [e["method"] for e in b]:
+            out.append(f"rank {rank}: worker calls {[e['method'] for e in a]} -> {[e['method'] for e in b]}")
+            continue
+        for i, (x, y) in enumerate(zip(a, b)):
+            out += [f"rank {rank} call {i} ({x['method']}): {k} {x.get(k)} -> {y.get(k)}"
+                    for k in _WORKER_KEYS if x.get(k) != y.get(k)]
+    return out
+
+
 def compare_traces(reference: list[dict], fresh: list[dict], rtol: float = RTOL, atol: float = ATOL,
                    metrics: bool = True) -> list[str]:
     """Differences between two traces of the same config and seed, one line each ([] = the same run)."""
@@ -88,6 +119,7 @@ def compare_traces(reference: list[dict], fresh: list[dict], rtol: float = RTOL,
         return out
     for r, n in zip(rs, ns):
         out += _compare_stage(r, n, f"step {r['step']} {r['stage']}", rtol, atol)
+    out += _compare_workers(reference, fresh)
     if metrics:
         rm = {e["step"]: e["metrics"] for e in reference if e.get("kind") == "metrics"}
         nm = {e["step"]: e["metrics"] for e in fresh if e.get("kind") == "metrics"}

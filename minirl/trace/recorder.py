@@ -266,7 +266,7 @@ class Tracer:
         self.dir = Path(trace_dir)
         if level != "off":
             self.dir.mkdir(parents=True, exist_ok=True)
-        self.path = self.dir / (TRACE_FILE if part is None else f"trace.{part}.jsonl")
+        self.path = self.part_path(trace_dir, part)
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.versions: dict = {}
         self.version_source = None
@@ -282,6 +282,11 @@ class Tracer:
         self.event("run_start", level=level, config_fingerprint=config_fingerprint(config),
                    minirl_version=__version__, verl_pin=VERL_PIN, torch_version=torch.__version__,
                    pid=os.getpid(), part=part, **(meta or {}), config=config)
+
+    @staticmethod
+    def part_path(trace_dir, part=None) -> Path:
+        """`<trace_dir>/trace.jsonl` (the controller's), or `trace.<part>.jsonl` (a worker process's)."""
+        return Path(trace_dir) / (TRACE_FILE if part is None else f"trace.{part}.jsonl")
 
     def _end_torn_line(self):
         """A killed writer may have left half a line: end it so the next event starts on its own line."""

@@ -1,7 +1,7 @@
 """What each traced stage is: the minirl method that runs it and the verl code it mirrors.
 
-A stage name in a trace (`advantage`, `update_actor` ...) is a span in `PPOTrainer._step_once`
-(`minirl/trainer/ppo/trainer.py`), which follows verl's `PPOTrainer._step_once`
+A stage name in a trace (`advantage`, `update_actor` ...) is a span in the trainer's
+`PPOTrainer._step_once`, which follows verl's `PPOTrainer._step_once`
 (`verl/trainer/ppo/v1/trainer_base.py:538`) stage for stage. `STAGE_INFO` maps each name to the
 minirl method, the verl symbol(s) and the condition under which the stage runs at all (the
 "branches" that `minirl trace diff` reports). The lineage view prints these, so a reader can go from
@@ -25,16 +25,30 @@ class StageInfo(NamedTuple):
 
 
 STAGE_INFO: dict[str, StageInfo] = {
+    "rollout": StageInfo(
+        "PPOTrainer._submit_batch_to_rollout", "AgentLoopManagerTQ.generate_sequences",
+        (("PPOTrainer._submit_batch_to_rollout", "verl/trainer/ppo/v1/trainer_base.py:1391"),
+         ("AgentLoopWorkerTQ._run_prompt", "verl/trainer/ppo/v1/agent_loop_tq.py:107"),
+         ("AgentLoopWorkerTQ._agent_loop_postprocess", "verl/trainer/ppo/v1/agent_loop_tq.py:150")),
+        "always: the prompts' rollout.n sessions write their trajectories into the TransferQueue", "rollout"),
     "sample": StageInfo(
-        "PPOTrainer._sample", "AgentLoopManager.generate_sequences",
+        "PPOTrainer._sample", "ReplayBuffer.sample + kv_batch_get_padded",
         (("ReplayBuffer.sample", "verl/trainer/ppo/v1/replay_buffer.py:405"),
-         ("AgentLoopManager.generate_sequences", "verl/experimental/agent_loop/agent_loop.py:1201")),
-        "always", "rollout"),
+         ("PPOTrainer._step_once", "verl/trainer/ppo/v1/trainer_base.py:538")),
+        "always", "trainer"),
     "reward": StageInfo(
-        "PPOTrainer._compute_reward", "reward_fn (reward manager)",
+        "PPOTrainer._compute_reward", "RewardLoopManager.compute_rm_score",
         (("PPOTrainer._compute_reward_colocate", "verl/trainer/ppo/v1/trainer_base.py:1424"),
          ("RewardLoopManager.compute_rm_score", "verl/experimental/reward_loop/reward_loop.py:343")),
-        "always (verl: unless a separate reward-model pool scores during rollout)", "reward"),
+        "reward.reward_model.enable=True with enable_resource_pool=False (a reward model colocated with the actor), "
+        "as in verl V1; otherwise (rules, custom functions, a reward model with its own pool) every session is "
+        "scored in the rollout stage as it ends (AgentLoopWorker._compute_score)", "reward"),
+    "balance_batch": StageInfo(
+        "PPOTrainer._balance_batch", "get_seqlen_balanced_partitions",
+        (("PPOTrainer._balance_batch", "verl/trainer/ppo/v1/trainer_base.py:1503"),
+         ("get_seqlen_balanced_partitions", "verl/utils/seqlen_balancing.py:213")),
+        "every step, as verl V1's _step_once (minirl: unless trainer.balance_batch=false; verl reads that key "
+        "in the legacy trainer only)", "trainer"),
     "old_log_prob": StageInfo(
         "PPOTrainer._compute_old_log_prob", "ActorRolloutRefWorker.compute_log_prob",
         (("PPOTrainer._compute_old_log_prob", "verl/trainer/ppo/v1/trainer_base.py:1529"),
@@ -70,7 +84,7 @@ STAGE_INFO: dict[str, StageInfo] = {
          ("CheckpointEngineManager.update_weights", "verl/checkpoint_engine/base.py:506")),
         "after every actor update (sync mode), and once at start-up", "rollout"),
     "validate": StageInfo(
-        "PPOTrainer._validate", "AgentLoopManager.generate_sequences + val_reward_fn",
+        "PPOTrainer._validate", "AgentLoopManager.generate_sequences + the stored rm_scores (or compute_rm_score)",
         (("PPOTrainer._validate", "verl/trainer/ppo/v1/trainer_base.py:961"),),
         "trainer.val_before_train (step 0) and every trainer.test_freq steps", "rollout"),
 }

@@ -3,9 +3,10 @@ r"""The formulas of RL for LLMs: advantage estimators, policy losses, loss aggre
 Mirrors `verl/trainer/ppo/core_algos.py` at the pinned commit (1dda039b9c63), with the same function
 names, argument names, registry keys and return values, so that a call written against verl works
 here unchanged (and the other way round): `tests/parity/` runs both on the same inputs. The masked
-statistics it needs (`masked_mean`, `masked_whiten`, ...) mirror `verl/utils/torch_functional.py`
-and live at the top of this file, so it imports torch and numpy only: every formula can be read,
-run and tested without a trainer, a worker or Ray.
+statistics it needs (`masked_mean`, `masked_whiten`, ...) come from `minirl.utils.torch_functional`
+(verl: `verl/utils/torch_functional.py`), its only import from minirl besides the dependency-free
+config getter `minirl.utils.config.cfg_get`: every formula can be read, run and tested without a
+trainer, a worker or Ray.
 
 Where this sits in a training step: the reward stage writes `token_level_scores`; with
 `algorithm.use_kl_in_reward` the trainer turns them into `token_level_rewards` with `kl_penalty` and
@@ -35,28 +36,27 @@ function (`@register_adv_est("name")` / `@register_policy_loss("name")`) and a c
 | $\varepsilon_{\text{low}}$, $\varepsilon_{\text{high}}$, $c$ | PPO clip range and dual-clip bound | `clip_ratio_low`, `clip_ratio_high`, `clip_ratio_c` |
 | $\ell_{i,t}$ | a per-token loss before aggregation | `loss_mat` `(bs, T)` |
 | $\operatorname{sg}[\cdot]$ | stop-gradient (`.detach()`): the value is used, no gradient flows through it | |
+| $p_{i,t}=e^{\log\pi_\theta(y_{i,t})}$, $p^{\text{old}}_{i,t}$ | probability of the sampled token under $\pi_\theta$ / $\pi_{\text{old}}$ | |
+| $\lVert\pi_{i,t}\rVert^2=\sum_v\pi_{\text{old}}(v)^2$ | sum of the squared next-token probabilities over the vocabulary | `sum_pi_squared` `(bs, T)` |
+| $G_{i,t}=\sum_{t'\ge t}m_{i,t'}r_{i,t'}$ | reward-to-go (undiscounted return from token $t$) | `returns` `(bs, T)` |
+| $\pi_{\text{roll}}$, $w_{i,t}$ | the rollout engine's policy, and an importance weight $\pi_\theta/\pi_{\text{roll}}$ | `rollout_log_probs`, `rollout_is_weights` |
 
 Masked means are written $\operatorname{mean}_m(x)=\sum_{i,t} m_{i,t}x_{i,t}\,/\,\sum_{i,t} m_{i,t}$.
 
 ## What is left out (verl has it)
 
-- Estimators: `grpo_vectorized` and `rloo_vectorized` (the numbers of `grpo` / `rloo` computed with
-  scatter ops: `compute_grpo_vectorized_outcome_advantage`, `verl/trainer/ppo/core_algos.py:335`;
-  `compute_rloo_vectorized_outcome_advantage`, `verl/trainer/ppo/core_algos.py:834`, which gives a
-  group of one advantage 0 where `rloo` keeps the raw score); `gdpo`, GRPO per reward component
-  (`compute_gdpo_outcome_advantage`, `verl/trainer/ppo/core_algos.py:362`); `optimal_token_baseline`
-  and `tir_optimal_token_baseline`, which need `sum_pi_squared` from the actor
-  (`compute_optimal_token_baseline_advantage`, `verl/trainer/ppo/core_algos.py:872`;
-  `compute_multi_turn_optimal_token_baseline_advantage`, `verl/trainer/ppo/core_algos.py:991`).
-- Policy losses: DPPO (`compute_policy_loss_dppo_tv`, `verl/trainer/ppo/core_algos.py:1380`;
-  `compute_policy_loss_dppo_kl`, `verl/trainer/ppo/core_algos.py:1461`), DRO
-  (`compute_policy_loss_dro`, `verl/trainer/ppo/core_algos.py:2014`), and the rollout-correction
-  paths (`compute_policy_loss_bypass_mode`, `verl/trainer/ppo/core_algos.py:2413`;
-  `compute_policy_loss_reinforce`, `verl/trainer/ppo/core_algos.py:2332`), plus the deprecated
-  `compute_policy_loss` (`verl/trainer/ppo/core_algos.py:1210`). The `rollout_is_weights` argument
-  is kept and applied (it multiplies the per-token loss), but nothing here computes those weights.
-- `compute_pf_ppo_reweight_data` (`verl/trainer/ppo/core_algos.py:2253`): it resamples a whole
-  DataProto, which is the trainer's business.
+Every estimator (14) and policy loss (12) verl registers at the pin is here. Left out:
+
+- The deprecated `compute_policy_loss` (`verl/trainer/ppo/core_algos.py:1210`) and
+  `compute_pf_ppo_reweight_data` (`verl/trainer/ppo/core_algos.py:2253`), which resamples a whole
+  DataProto (the trainer's business).
+- Of verl's rollout-correction helper (`verl/trainer/ppo/rollout_corr_helper.py`), only what the
+  `bypass_mode` loss calls: the importance weights, the rejection mask and the off-policy metrics
+  (`kl`, `k3_kl`, perplexities, $\chi^2$), plus the headline IS and rejection metrics; verl also logs
+  the spread of the weights and of each rejection statistic (std, per-sequence min/max/deviation). The
+  trainer-side "decoupled" correction (`compute_rollout_correction_and_add_to_batch`, which writes
+  `rollout_is_weights` into the batch) is not implemented, so `rollout_is_weights` is None in a minirl
+  run unless a caller passes it (the losses apply it when given).
 
 Simplifications: the policy losses read their settings from `config` by attribute or key, so
 verl's `ActorConfig`, minirl's config dataclasses, an OmegaConf `DictConfig`, a `SimpleNamespace`
@@ -75,9 +75,20 @@ from typing import Any
 import numpy as np
 import torch
 
+from minirl.utils.config import cfg_get
+from minirl.utils.torch_functional import (
+    clip_by_value,
+    entropy_from_logits,
+    masked_mean,
+    masked_sum,
+    masked_var,
+    masked_whiten,
+)
+
 __all__ = [
     "ADV_ESTIMATOR_REGISTRY",
     "POLICY_LOSS_REGISTRY",
+    "ROLLOUT_RS_OPTIONS",
     "AdaptiveKLController",
     "AdvantageEstimator",
     "FixedKLController",
@@ -85,16 +96,26 @@ __all__ = [
     "clip_by_value",
     "compute_entropy_loss",
     "compute_gae_advantage_return",
+    "compute_gdpo_outcome_advantage",
     "compute_gpg_outcome_advantage",
     "compute_grpo_outcome_advantage",
     "compute_grpo_passk_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_multi_turn_optimal_token_baseline_advantage",
+    "compute_offpolicy_metrics",
     "compute_opo_outcome_advantage",
+    "compute_optimal_token_baseline_advantage",
+    "compute_policy_loss_bypass_mode",
     "compute_policy_loss_cispo",
     "compute_policy_loss_clip_cov",
+    "compute_policy_loss_dppo_kl",
+    "compute_policy_loss_dppo_tv",
+    "compute_policy_loss_dro",
     "compute_policy_loss_geo_mean",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_kl_cov",
+    "compute_policy_loss_reinforce",
     "compute_policy_loss_sapo",
     "compute_policy_loss_vanilla",
     "compute_reinforce_plus_plus_baseline_outcome_advantage",
@@ -102,6 +123,10 @@ __all__ = [
     "compute_remax_outcome_advantage",
     "compute_rewards",
     "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
+    "compute_rollout_correction_and_rejection_mask",
+    "compute_rollout_correction_weights",
+    "compute_rollout_rejection_mask",
     "compute_value_loss",
     "entropy_from_logits",
     "get_adv_estimator_fn",
@@ -116,102 +141,6 @@ __all__ = [
     "register_adv_est",
     "register_policy_loss",
 ]
-
-
-# ---------------------------------------------------------------------------------------------------------
-# Masked statistics. verl keeps these in verl/utils/torch_functional.py; here they sit beside their users.
-# ---------------------------------------------------------------------------------------------------------
-
-
-def masked_sum(
-    values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, ...] | None = None
-) -> torch.Tensor:
-    r"""Sum of `values` where `mask` is non-zero: $\sum m\,x$.
-
-    Entries outside the mask are replaced by 0 before multiplying, so a NaN or inf in padding cannot
-    leak into the sum ($0\cdot\infty$ would be NaN). Mirrors `masked_sum`
-    (`verl/utils/torch_functional.py:273`).
-    """
-    kept = torch.where(mask.bool(), values, 0.0)
-    return (kept * mask).sum(axis=axis)
-
-
-def masked_mean(
-    values: torch.Tensor, mask: torch.Tensor, axis: int | tuple[int, ...] | None = None
-) -> torch.Tensor:
-    r"""Mean over the unmasked entries: $\operatorname{mean}_m(x)=\dfrac{\sum m\,x}{\sum m + 10^{-8}}$.
-
-    The $10^{-8}$ makes an all-masked input give 0 instead of NaN. Mirrors `masked_mean`
-    (`verl/utils/torch_functional.py:294`).
-    """
-    return masked_sum(values, mask, axis) / (mask.sum(axis=axis) + 1e-8)
-
-
-def masked_var(values: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> torch.Tensor:
-    r"""Variance over all unmasked entries, with Bessel's correction by default.
-
-    $$\operatorname{var}_m(x)=\operatorname{mean}_m\big((x-\operatorname{mean}_m(x))^2\big)\cdot\frac{N}{N-1},
-    \qquad N=\textstyle\sum m$$
-
-    Mirrors `masked_var` (`verl/utils/torch_functional.py:311`).
-    """
-    centered = values - masked_mean(values, mask)
-    variance = masked_mean(centered**2, mask)
-    if not unbiased:
-        return variance
-    n = mask.sum()
-    if n <= 1:
-        raise ValueError(
-            f"masked_var(unbiased=True) needs at least 2 unmasked elements, got {int(n.item())} "
-            "(Bessel's correction divides by N-1). Fix: pass a batch with more unmasked tokens, "
-            "or unbiased=False."
-        )
-    bessel = n / (n - 1)
-    return variance * bessel
-
-
-def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True) -> torch.Tensor:
-    r"""Normalise with the masked mean and variance.
-
-    $$\operatorname{whiten}_m(x)=\frac{x-\operatorname{mean}_m(x)}{\sqrt{\operatorname{var}_m(x)+10^{-8}}}$$
-
-    Statistics come from the unmasked entries only, but every entry is transformed (masked ones too:
-    callers multiply by the mask afterwards where they need zeros). With `shift_mean=False` the mean
-    is added back. Mirrors `masked_whiten` (`verl/utils/torch_functional.py:329`).
-    """
-    mean, var = masked_mean(values, mask), masked_var(values, mask)
-    whitened = (values - mean) * torch.rsqrt(var + 1e-8)
-    return whitened if shift_mean else whitened + mean
-
-
-def clip_by_value(x: torch.Tensor, tensor_min: torch.Tensor, tensor_max: torch.Tensor) -> torch.Tensor:
-    """`torch.clamp` with tensor bounds: $\\min(\\max(x, lo), hi)$ elementwise.
-
-    Mirrors `clip_by_value` (`verl/utils/torch_functional.py:210`).
-    """
-    return torch.max(torch.min(x, tensor_max), tensor_min)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    r"""Entropy of the softmax of `logits` over the last axis: $H=\log\sum_v e^{z_v}-\sum_v p_v z_v$.
-
-    This is $-\sum_v p_v\log p_v$ rewritten with $\log p_v = z_v-\operatorname{logsumexp}(z)$, which
-    stays finite for large logits. `(..., vocab)` -> `(...)`. Mirrors `entropy_from_logits`
-    (`verl/utils/torch_functional.py:231`).
-    """
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
-
-
-def _cfg(config: Any, key: str, default: Any = None) -> Any:
-    """Read `key` from a dict, an OmegaConf DictConfig, a dataclass or a SimpleNamespace.
-
-    A missing key or a None value gives `default` (verl reads `config.key` and falls back where None).
-    """
-    if config is None:
-        return default
-    value = config.get(key, default) if isinstance(config, Mapping) else getattr(config, key, default)
-    return default if value is None else value
 
 
 def _require_config(config: Any, fn_name: str, keys: str) -> None:
@@ -266,8 +195,7 @@ def get_policy_loss_fn(name: str) -> PolicyLossFn:
 class AdvantageEstimator(str, Enum):
     """The built-in values of `algorithm.adv_estimator` (a plain string works too).
 
-    Mirrors `AdvantageEstimator` (`verl/trainer/ppo/core_algos.py:88`), minus the members whose
-    estimator minirl leaves out (see the module docstring).
+    Mirrors `AdvantageEstimator` (`verl/trainer/ppo/core_algos.py:88`): the same 14 members.
     """
 
     GAE = "gae"
@@ -279,6 +207,11 @@ class AdvantageEstimator(str, Enum):
     OPO = "opo"
     GRPO_PASSK = "grpo_passk"
     GPG = "gpg"
+    RLOO_VECTORIZED = "rloo_vectorized"
+    GRPO_VECTORIZED = "grpo_vectorized"
+    OPTIMAL_TOKEN_BASELINE = "optimal_token_baseline"
+    TIR_OPTIMAL_TOKEN_BASELINE = "tir_optimal_token_baseline"
+    GDPO = "gdpo"
 
 
 ADV_ESTIMATOR_REGISTRY: dict[str, Callable[..., tuple[torch.Tensor, torch.Tensor]]] = {}
@@ -373,16 +306,16 @@ def get_kl_controller(kl_ctrl: Any) -> FixedKLController | AdaptiveKLController:
 
     Mirrors `get_kl_controller` (`verl/trainer/ppo/core_algos.py:193`).
     """
-    kind = _cfg(kl_ctrl, "type")
+    kind = cfg_get(kl_ctrl, "type")
     if kind == "fixed":
-        return FixedKLController(kl_coef=_cfg(kl_ctrl, "kl_coef"))
+        return FixedKLController(kl_coef=cfg_get(kl_ctrl, "kl_coef"))
     if kind == "adaptive":
-        horizon = _cfg(kl_ctrl, "horizon")
+        horizon = cfg_get(kl_ctrl, "horizon")
         if not horizon or horizon <= 0:
             raise ValueError(
                 f"algorithm.kl_ctrl.horizon must be > 0 for the adaptive controller, got {horizon}."
             )
-        return AdaptiveKLController(_cfg(kl_ctrl, "kl_coef"), _cfg(kl_ctrl, "target_kl"), horizon)
+        return AdaptiveKLController(cfg_get(kl_ctrl, "kl_coef"), cfg_get(kl_ctrl, "target_kl"), horizon)
     raise ValueError(f"algorithm.kl_ctrl.type={kind!r} is not supported. Fix: use 'fixed' or 'adaptive'.")
 
 
@@ -412,6 +345,38 @@ def _groups(index: Any, bsz: int, device: torch.device | None = None) -> list[to
     for i, uid in enumerate(index):
         rows.setdefault(uid.item() if isinstance(uid, torch.Tensor) else uid, []).append(i)
     return [torch.tensor(r, dtype=torch.long, device=device) for r in rows.values()]
+
+
+def _group_ids(index: Any, bsz: int, device: torch.device | None = None) -> torch.Tensor:
+    """Each row's group as a number 0..G-1 (the vectorised estimators scatter by it).
+
+    verl: `as_torch_index` (`verl/utils/groupwise.py:91`) for grpo_vectorized, `np.unique` for
+    rloo_vectorized; only which rows share a number matters, not the numbering.
+    """
+    if len(index) != bsz:
+        raise ValueError(
+            f"index (the uid of each response) has {len(index)} entries but the batch has {bsz} responses. "
+            "Fix: pass data.non_tensor_batch['uid'] of the same batch."
+        )
+    labels = index.cpu().numpy() if isinstance(index, torch.Tensor) else np.asarray(index, dtype=object)
+    try:
+        inverse = np.unique(labels, return_inverse=True)[1]
+    except TypeError:  # labels of mixed types do not sort: group by their text
+        inverse = np.unique(labels.astype(str), return_inverse=True)[1]
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long, device=device)
+
+
+def _group_sums(values: torch.Tensor, gid: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """`(count, sum)` of `values` per group, each of shape `(G,)`."""
+    n_groups = int(gid.max().item()) + 1 if gid.numel() else 0
+    count = values.new_zeros(n_groups).index_add_(0, gid, torch.ones_like(values))
+    total = values.new_zeros(n_groups).index_add_(0, gid, values)
+    return count, total
+
+
+def _reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
+    r"""$G_{i,t}=\sum_{t'\ge t}m_{i,t'}r_{i,t'}$: the masked rewards summed from each token to the end."""
+    return (token_level_rewards * response_mask).flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
 
 
 @register_adv_est(AdvantageEstimator.GAE)
@@ -488,6 +453,139 @@ def compute_grpo_outcome_advantage(
     return adv, adv
 
 
+@register_adv_est(AdvantageEstimator.GRPO_VECTORIZED)
+def compute_grpo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""GRPO's advantage computed with scatter ops instead of a Python loop over groups.
+
+    The same formula as `compute_grpo_outcome_advantage`,
+
+    $$A_{i,t}=\frac{R_i-\mu_{g(i)}}{\sigma_{g(i)}+\epsilon}\,m_{i,t}\qquad(\text{or }(R_i-\mu_{g(i)})\,m_{i,t}),$$
+
+    with the group sums gathered by `index_add_` in one pass, so its cost does not grow with the
+    number of groups in Python. A group of one gets $\mu=0$, $\sigma=1$. The numbers equal `grpo`'s up
+    to float rounding (the sums are taken in another order). `config` is unused; `returns` equals
+    `advantages`. Mirrors `compute_grpo_vectorized_outcome_advantage`
+    (`verl/trainer/ppo/core_algos.py:335`), whose group statistics come from `group_mean_std`
+    (`verl/utils/groupwise.py:164`).
+    """
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        gid = _group_ids(index, scores.shape[0], scores.device)
+        count, total = _group_sums(scores, gid)
+        mean = total / count.clamp(min=1.0)
+        spread = scores.new_zeros(count.shape).index_add_(0, gid, (scores - mean[gid]) ** 2)
+        std = (spread / (count - 1.0).clamp(min=1.0)).clamp(min=0.0).sqrt()
+        single = count <= 1.0  # a group of one: mean 0, std 1, as in the loop version
+        mean, std = mean.masked_fill(single, 0.0), std.masked_fill(single, 1.0)
+        centred = scores - mean[gid]
+        adv = centred / (std[gid] + epsilon) if norm_adv_by_std_in_grpo else centred
+        adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.GDPO)
+def compute_gdpo_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    norm_adv_by_std_in_grpo: bool = True,
+    config: Any | None = None,
+    non_tensor_batch: dict | None = None,
+    batch: Any | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""GDPO (arXiv:2601.05242): normalise each reward component within its group, then combine.
+
+    GRPO sums the reward components (format, accuracy, ...) into one score before comparing a
+    response with its group, so a component with a large spread drowns the others. GDPO runs GRPO on
+    each component $k$ separately and adds the results with weights $w_k$:
+
+    $$A^{(k)}_{i,t}=\frac{R^{(k)}_i-\mu^{(k)}_{g(i)}}{\sigma^{(k)}_{g(i)}+\epsilon}\,m_{i,t},\qquad
+    A=\operatorname{whiten}_m\Big(\sum_k w_k A^{(k)}\Big)\cdot m$$
+
+    (without the division by $\sigma^{(k)}+\epsilon$ when `norm_adv_by_std_in_grpo` is off).
+
+    The components are the columns `config.gdpo_reward_keys` of `non_tensor_batch` (one number per
+    response: what `compute_score` returned in its dict), each placed on the response's last token
+    (`attention_mask` of `batch` past `prompts`' width, minus one); `config.gdpo_reward_weights`
+    ($w_k$, default all 1) must have one weight per key. Without `config`, `non_tensor_batch` and
+    `batch` the single component is `token_level_rewards`, and GDPO is GRPO followed by a whitening
+    over the batch. `returns` equals `advantages`.
+    Mirrors `compute_gdpo_outcome_advantage` (`verl/trainer/ppo/core_algos.py:362`).
+
+    In verl's V1 trainer at the pin, `_compute_advantage` (`verl/trainer/ppo/v1/trainer_base.py:1638`)
+    reads only `uid`, `response_mask`, `rm_scores` and the log-prob and value fields from the
+    TransferQueue, so neither the reward columns nor `prompts`/`attention_mask` reach this function
+    and its key check fails; the legacy trainer's `compute_advantage`
+    (`verl/trainer/ppo/ray_trainer.py:187`) hands it the whole batch, and so does minirl's.
+    """
+    components, weights = [token_level_rewards], None
+    if config is not None and non_tensor_batch is not None and batch is not None:
+        components = _gdpo_components(response_mask, config, non_tensor_batch, batch)
+        weights = cfg_get(config, "gdpo_reward_weights")
+        if weights is not None and len(weights) != len(components):
+            raise ValueError(
+                f"algorithm.gdpo_reward_weights has {len(weights)} weights for {len(components)} "
+                f"algorithm.gdpo_reward_keys. Fix: give one weight per key, or null for equal weights."
+            )
+    weights = torch.as_tensor(
+        list(weights) if weights is not None else [1.0] * len(components),
+        dtype=torch.float32,
+        device=token_level_rewards.device,
+    )
+    combined = None
+    for w, component in zip(weights, components):
+        adv_k, _ = compute_grpo_outcome_advantage(
+            token_level_rewards=component,
+            response_mask=response_mask,
+            index=index,
+            epsilon=epsilon,
+            norm_adv_by_std_in_grpo=norm_adv_by_std_in_grpo,
+        )
+        combined = w * adv_k if combined is None else combined + w * adv_k
+    advantages = masked_whiten(combined, response_mask) * response_mask
+    return advantages, advantages
+
+
+def _gdpo_components(response_mask, config, non_tensor_batch, batch) -> list[torch.Tensor]:
+    """One `(bs, T)` tensor per `gdpo_reward_keys` column, its value on each response's last token."""
+    keys = cfg_get(config, "gdpo_reward_keys")
+    if not keys:
+        raise ValueError(
+            "adv_estimator=gdpo needs algorithm.gdpo_reward_keys: the names of the reward components your "
+            "compute_score returns in its dict. Fix: e.g. algorithm.gdpo_reward_keys=[format_reward,accuracy_reward]."
+        )
+    prompt_width = batch["prompts"].shape[1]
+    last = batch["attention_mask"][:, prompt_width:].sum(dim=1).long() - 1  # -1 (empty response): last column
+    rows = torch.arange(response_mask.shape[0], device=response_mask.device)
+    components = []
+    for key in keys:
+        if key not in non_tensor_batch:
+            raise ValueError(
+                f"algorithm.gdpo_reward_keys names {key!r}, which is not a column of the batch (columns: "
+                f"{sorted(non_tensor_batch)}). Fix: return {key!r} in the dict of compute_score, or change the key."
+            )
+        try:
+            values = np.asarray(non_tensor_batch[key], dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise ValueError(
+                f"gdpo reward column {key!r} must hold one number per response; got {type(e).__name__}: {e}. "
+                "Fix: make compute_score return a number under that key for every response."
+            ) from e
+        component = torch.zeros_like(response_mask, dtype=torch.float32)
+        component[rows, last] = torch.as_tensor(values, device=response_mask.device)
+        components.append(component)
+    return components
+
+
 @register_adv_est(AdvantageEstimator.GRPO_PASSK)
 def compute_grpo_passk_outcome_advantage(
     token_level_rewards: torch.Tensor,
@@ -515,7 +613,7 @@ def compute_grpo_passk_outcome_advantage(
             "compute_grpo_passk_outcome_advantage needs config (the algorithm config): it reads "
             "config.norm_adv_by_std_in_grpo, as verl does. Fix: pass config=cfg.algorithm."
         )
-    norm_by_std = _cfg(config, "norm_adv_by_std_in_grpo", True)
+    norm_by_std = cfg_get(config, "norm_adv_by_std_in_grpo", True)
     with torch.no_grad():
         scores = token_level_rewards.sum(dim=-1)
         adv = torch.zeros_like(scores)
@@ -636,7 +734,7 @@ def compute_reinforce_plus_plus_outcome_advantage(
     `(advantages, returns)` with `returns` $=G$ (not whitened).
     Mirrors `compute_reinforce_plus_plus_outcome_advantage` (`verl/trainer/ppo/core_algos.py:694`).
     """
-    gamma = _cfg(config, "gamma")
+    gamma = cfg_get(config, "gamma")
     if gamma is None:
         raise ValueError(
             "compute_reinforce_plus_plus_outcome_advantage needs config.gamma (the discount). "
@@ -666,13 +764,13 @@ def compute_remax_outcome_advantage(
 
     $$G_{i,t}=\sum_{t'\ge t} m_{i,t'}\,r_{i,t'},\qquad A_{i,t}=G_{i,t}-b_i\,m_{i,t}$$
 
-    with $b_i$ = `reward_baselines[i]`, the reward of a greedy decode of the same prompt (the trainer
-    produces it with an extra rollout). Returns `(advantages, returns=G)`. `config` is unused.
+    with $b_i$ = `reward_baselines[i]`, the reward of a greedy decode of the same prompt (verl's legacy
+    trainer samples it next to the $n$ responses in `RayPPOTrainer.fit`, `verl/trainer/ppo/ray_trainer.py:1405`; its V1 trainer
+    at the pin does not, so remax cannot run there). Returns `(advantages, returns=G)`. `config` is unused.
     Mirrors `compute_remax_outcome_advantage` (`verl/trainer/ppo/core_algos.py:735`).
     """
     with torch.no_grad():
-        masked = token_level_rewards * response_mask
-        returns = masked.flip(dims=[-1]).cumsum(dim=-1).flip(dims=[-1])
+        returns = _reward_to_go(token_level_rewards, response_mask)
         advantages = returns - reward_baselines.unsqueeze(-1) * response_mask
     return advantages, returns
 
@@ -705,6 +803,165 @@ def compute_gpg_outcome_advantage(
                 centred[rows] = scores[rows] - scores[rows].mean()
         adv = (alpha * centred / f_norm).unsqueeze(-1) * response_mask
     return adv, adv
+
+
+@register_adv_est(AdvantageEstimator.RLOO_VECTORIZED)
+def compute_rloo_vectorized_outcome_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    epsilon: float = 1e-6,
+    config: Any | None = None,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""RLOO's leave-one-out advantage with group sums gathered in one pass (no loop over groups).
+
+    With $S_g=\sum_{j\in g}R_j$:
+
+    $$A_{i,t}=\frac{n_g R_i-S_{g(i)}}{n_g-1}\,\mathbb{1}[n_g>1]\,m_{i,t}$$
+
+    which is `rloo`'s formula, except for **a group of one: advantage 0 here**, where `rloo` keeps
+    the raw score $R_i$ (a lone response has no other response to compare with). `epsilon` and
+    `config` are unused; `returns` equals `advantages`.
+    Mirrors `compute_rloo_vectorized_outcome_advantage` (`verl/trainer/ppo/core_algos.py:834`).
+    """
+    with torch.no_grad():
+        scores = token_level_rewards.sum(dim=-1)
+        gid = _group_ids(index, scores.shape[0], scores.device)
+        count, total = _group_sums(scores, gid)
+        n = count[gid]
+        adv = (n * scores - total[gid]) / (n - 1).clamp(min=1) * (n > 1)
+        adv = adv.unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def _path_variance(old_log_probs, sum_pi_squared, response_mask, rollout_is_weights) -> torch.Tensor:
+    r"""$W_{i,t}=\sum_{t'\le t}m_{i,t'}\,\bar w_{i,t'}^2\,\big(1-2p^{\text{old}}_{i,t'}+\lVert\pi_{i,t'}\rVert^2\big)$.
+
+    $1-2p+\lVert\pi\rVert^2=\lVert e_y-\pi\rVert^2$ is the squared norm of the gradient of
+    $\log\pi(y)$ with respect to the logits (one-hot of the sampled token minus the distribution):
+    how much one token can move the policy. $\bar w$ = `rollout_is_weights` (1 when None).
+    """
+    per_token = 1 - 2 * torch.exp(old_log_probs) + sum_pi_squared
+    if rollout_is_weights is not None:
+        per_token = per_token * rollout_is_weights**2
+    return (per_token * response_mask).cumsum(dim=-1)
+
+
+def _zero_tail(baselines: torch.Tensor, rows: torch.Tensor, lengths: torch.Tensor) -> None:
+    """If one response of the group is strictly the longest, zero its baseline past the runner-up's length.
+
+    Beyond the second-longest response, the longest is alone: its "group average" would be its own
+    return, which would cancel its advantage there.
+    """
+    ordered = torch.sort(lengths).values
+    longest, runner_up = int(ordered[-1].item()), int(ordered[-2].item())
+    at_longest = (lengths == longest).nonzero(as_tuple=True)[0]
+    if at_longest.numel() == 1 and longest > runner_up:
+        baselines[rows[at_longest[0]], runner_up:] = 0.0
+
+
+@register_adv_est(AdvantageEstimator.OPTIMAL_TOKEN_BASELINE)
+def compute_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = 1e-8,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""Optimal token baseline (OTB): a baseline per token position, weighted by how much each path can move the policy.
+
+    A REINFORCE gradient $\sum_t G_{i,t}\nabla\log\pi(y_{i,t})$ has the least variance when the
+    baseline at step $t$ weights each response by the gradient energy of its path so far. With
+    $W_{i,t}$ that cumulative energy (see `_path_variance`: from `old_log_probs` and
+    `sum_pi_squared`, $\lVert\pi\rVert^2$ computed by the actor from its logits) and $G$ the
+    reward-to-go, for each group $g$ and **absolute** position $t$:
+
+    $$B_{g,t}=\frac{\sum_{j\in g}m_{j,t}W_{j,t}G_{j,t}}{\sum_{j\in g}m_{j,t}W_{j,t}+\epsilon},\qquad
+    A_{i,t}=\big(G_{i,t}-B_{g(i),t}\big)\,m_{i,t}$$
+
+    A group of one has $B=0$. With `handle_zero_tail`, when one response is strictly the longest of
+    its group its baseline is 0 past the second-longest length (there it is alone: see `_zero_tail`).
+    Returns `(advantages, returns=G)`. Mirrors `compute_optimal_token_baseline_advantage`
+    (`verl/trainer/ppo/core_algos.py:872`); verl computes `sum_pi_squared` in the actor's forward
+    (`calculate_sum_pi_squared_from_logits`, `verl/utils/torch_functional.py:690`) when
+    `actor.calculate_sum_pi_squared` is set.
+    """
+    with torch.no_grad():
+        returns = _reward_to_go(token_level_rewards, response_mask)
+        energy = _path_variance(old_log_probs, sum_pi_squared, response_mask, rollout_is_weights)
+        baselines = torch.zeros_like(returns)
+        for rows in _groups(index, returns.shape[0], returns.device):
+            if len(rows) == 1:
+                continue
+            weight = energy[rows] * response_mask[rows]
+            baselines[rows] = (returns[rows] * weight).sum(dim=0) / (weight.sum(dim=0) + epsilon)
+            if handle_zero_tail:
+                _zero_tail(baselines, rows, response_mask[rows].sum(dim=-1))
+        advantages = (returns - baselines) * response_mask
+    return advantages, returns
+
+
+@register_adv_est(AdvantageEstimator.TIR_OPTIMAL_TOKEN_BASELINE)
+def compute_multi_turn_optimal_token_baseline_advantage(
+    token_level_rewards: torch.Tensor,
+    response_mask: torch.Tensor,
+    index: np.ndarray,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    rollout_is_weights: torch.Tensor | None = None,
+    handle_zero_tail: bool = True,
+    epsilon: float = 1e-8,
+    **kwargs,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    r"""The optimal token baseline for tool-integrated (multi-turn) responses: positions counted over policy tokens only.
+
+    In a multi-turn response the policy's tokens are interleaved with tool observations
+    ($m_{i,t}=0$), which sit at different positions in different responses. So each response's
+    unmasked tokens are first packed to the left, $k=0,1,\dots,L_i-1$ counting the policy's tokens,
+    and the baseline of `compute_optimal_token_baseline_advantage` is taken over $k$ instead of $t$:
+
+    $$B_{g,k}=\frac{\sum_{j\in g}W_{j,(k)}G_{j,(k)}}{\sum_{j\in g}W_{j,(k)}+\epsilon},\qquad
+    A_{i,(k)}=G_{i,(k)}-B_{g(i),k}$$
+
+    where $(k)$ is the position of the $k$-th unmasked token of that response (a response shorter than
+    $k$ contributes 0). Responses with no unmasked token are left out of their group; a group of one
+    has $B=0$; `handle_zero_tail` as in OTB, on the packed lengths. The advantages are written back at
+    the original positions. Returns `(advantages, returns=G)` ($G$ at the original positions).
+    Mirrors `compute_multi_turn_optimal_token_baseline_advantage` (`verl/trainer/ppo/core_algos.py:991`).
+    """
+    with torch.no_grad():
+        returns = _reward_to_go(token_level_rewards, response_mask)
+        energy = _path_variance(old_log_probs, sum_pi_squared, response_mask, rollout_is_weights)
+        keep = response_mask.bool()
+        lengths = keep.sum(dim=-1)
+        width = int(lengths.max().item()) if lengths.numel() else 0
+        row, _ = keep.nonzero(as_tuple=True)
+        k = (keep.cumsum(dim=-1) - 1)[keep]  # rank of each unmasked token within its response
+        packed_energy = energy.new_zeros(keep.shape[0], width)
+        packed_returns = torch.zeros_like(packed_energy)
+        packed_energy[row, k], packed_returns[row, k] = energy[keep], returns[keep]
+
+        baselines = torch.zeros_like(packed_returns)
+        nonempty = (lengths > 0).nonzero(as_tuple=True)[0]
+        index_nonempty = [index[int(i)] for i in nonempty]
+        for rows in _groups(index_nonempty, len(nonempty), returns.device):
+            rows = nonempty[rows]
+            if len(rows) == 1:
+                continue
+            b = (packed_returns[rows] * packed_energy[rows]).sum(dim=0) / (packed_energy[rows].sum(dim=0) + epsilon)
+            baselines[rows] = b.to(baselines.dtype)
+            if handle_zero_tail:
+                _zero_tail(baselines, rows, lengths[rows])
+
+        advantages = torch.zeros_like(returns)
+        advantages[keep] = (packed_returns - baselines)[row, k]
+        advantages = advantages * response_mask
+    return advantages, returns
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -789,15 +1046,15 @@ def _need_global(dp_size: int, key: str, mode: str) -> None:
 
 def _clip_range(config: Any) -> tuple[float, float]:
     """$(\\varepsilon_{low}, \\varepsilon_{high})$: clip_ratio_low / clip_ratio_high, else clip_ratio."""
-    clip_ratio = _cfg(config, "clip_ratio", 0.2)
-    return _cfg(config, "clip_ratio_low", clip_ratio), _cfg(config, "clip_ratio_high", clip_ratio)
+    clip_ratio = cfg_get(config, "clip_ratio", 0.2)
+    return cfg_get(config, "clip_ratio_low", clip_ratio), cfg_get(config, "clip_ratio_high", clip_ratio)
 
 
 def _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights):
     """Apply rollout IS weights if given, then `agg_loss` with the counts in `config.global_batch_info`."""
     if rollout_is_weights is not None:
         pg_losses = pg_losses * rollout_is_weights
-    batch_info = _cfg(config, "global_batch_info", {})
+    batch_info = cfg_get(config, "global_batch_info", {})
     return agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode, **batch_info)
 
 
@@ -843,7 +1100,7 @@ def compute_policy_loss_vanilla(
     """
     _require_config(config, "compute_policy_loss_vanilla", "clip_ratio_low, clip_ratio_high, clip_ratio_c")
     clip_low, clip_high = _clip_range(config)
-    clip_c = _cfg(config, "clip_ratio_c", 3.0)
+    clip_c = cfg_get(config, "clip_ratio_c", 3.0)
     if clip_c <= 1.0:
         raise ValueError(
             f"clip_ratio_c is the dual-clip bound and must be > 1.0, got {clip_c}. Fix: use e.g. 3.0."
@@ -867,6 +1124,104 @@ def compute_policy_loss_vanilla(
 
     pg_loss = _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     return pg_loss, _metrics(pg_clipfrac, ppo_kl, pg_clipfrac_lower)
+
+
+def _dppo_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+               fn_name, inside) -> tuple[torch.Tensor, dict[str, Any]]:
+    """What the two DPPO losses share; `inside(log_prob, old_log_prob, delta_low, delta_high, positive)` is the
+    trust region (True inside)."""
+    _require_config(config, fn_name, "clip_ratio_low, clip_ratio_high (the divergence bounds), clip_ratio_c")
+    delta_low, delta_high = _clip_range(config)
+    log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
+    ratio = torch.exp(log_ratio)
+    cap = cfg_get(config, "clip_ratio_c", 20.0)
+    weight = torch.clamp(ratio, max=cap).detach()  # truncated importance weight sg[min(rho, c)]
+    valid = inside(log_prob, old_log_prob, delta_low, delta_high, advantages > 0)
+    valid = valid.detach().float()  # $k_{i,t}$: 1 inside the trust region
+    pg_losses = -advantages * weight * log_prob * valid
+    pg_loss = _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return pg_loss, _metrics(
+        masked_mean(1.0 - valid, response_mask),
+        masked_mean(-log_ratio, response_mask),
+        masked_mean((ratio > cap).float() * valid, response_mask),
+    )
+
+
+def _inside_tv(log_prob, old_log_prob, delta_low, delta_high, positive):
+    change = torch.exp(log_prob) - torch.exp(old_log_prob)  # $p - p^{old}$
+    return torch.where(positive, change <= delta_high, change >= -delta_low)
+
+
+def _inside_binary_kl(log_prob, old_log_prob, delta_low, delta_high, positive):
+    # KL between Bernoulli(p_old) and Bernoulli(p): "this token" against "any other token"
+    p, p_old = torch.exp(log_prob), torch.exp(old_log_prob)
+    kl = p_old * (old_log_prob - log_prob) + (1 - p_old) * torch.log((1.0 - p_old + 1e-8) / (1.0 - p + 1e-8))
+    return torch.where(positive, (kl <= delta_high) | (p <= p_old), (kl <= delta_low) | (p >= p_old))
+
+
+@register_policy_loss("dppo_tv")
+def compute_policy_loss_dppo_tv(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    r"""DPPO-Binary-TV (arXiv:2602.04879): PPO's trust region measured in probability, not in ratio.
+
+    PPO's clip bounds the ratio $\rho$, which is loose for likely tokens ($p=0.9\to0.99$ is only
+    $\rho=1.1$) and tight for rare ones ($p=0.001\to0.01$ is $\rho=10$). DPPO instead bounds the
+    change of the sampled token's probability, the total-variation distance between the two
+    Bernoulli distributions "this token / any other":
+
+    $$k_{i,t}=\begin{cases}\mathbb{1}\big[p_{i,t}-p^{\text{old}}_{i,t}\le\delta_{\text{high}}\big] & A_{i,t}>0\\
+    \mathbb{1}\big[p_{i,t}-p^{\text{old}}_{i,t}\ge-\delta_{\text{low}}\big] & A_{i,t}\le0\end{cases}\qquad
+    \ell_{i,t}=-A_{i,t}\,\operatorname{sg}\big[\min(\rho_{i,t},c)\big]\,\log\pi_\theta(y_{i,t})\,k_{i,t}$$
+
+    Inside the region the gradient is PPO's unclipped one ($\rho\nabla\log\pi=\nabla\rho$, up to the
+    truncation at $c$); outside it is 0. The log-ratio is clamped to $[-20,20]$ before `exp`.
+    $\delta_{\text{low}}$, $\delta_{\text{high}}$ are `clip_ratio_low` / `clip_ratio_high` (divergence
+    bounds here, not ratio bounds) and $c$ is `clip_ratio_c` (20.0 when missing; **the actor config's
+    default of 3.0 applies when it is set**, as in verl). Metrics: `actor/pg_clipfrac` (share of
+    tokens outside the region), `actor/ppo_kl`, `actor/pg_clipfrac_lower` (share inside it whose
+    $\rho$ was truncated at $c$).
+
+    Reads from `config`: `clip_ratio`, `clip_ratio_low`, `clip_ratio_high`, `clip_ratio_c`,
+    `global_batch_info`. Mirrors `compute_policy_loss_dppo_tv` (`verl/trainer/ppo/core_algos.py:1380`).
+    """
+    return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+                      "compute_policy_loss_dppo_tv", _inside_tv)
+
+
+@register_policy_loss("dppo_kl")
+def compute_policy_loss_dppo_kl(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    r"""DPPO-Binary-KL (arXiv:2602.04879): the DPPO trust region measured by a binary KL.
+
+    As `compute_policy_loss_dppo_tv`, with the region given by the KL divergence between the
+    Bernoulli distributions $(p^{\text{old}},1-p^{\text{old}})$ and $(p,1-p)$ of the sampled token:
+
+    $$D_{i,t}=p^{\text{old}}\log\frac{p^{\text{old}}}{p}+(1-p^{\text{old}})\log\frac{1-p^{\text{old}}+10^{-8}}{1-p+10^{-8}}$$
+
+    $$k_{i,t}=\begin{cases}\mathbb{1}\big[D_{i,t}\le\delta_{\text{high}}\ \lor\ p\le p^{\text{old}}\big] & A_{i,t}>0\\
+    \mathbb{1}\big[D_{i,t}\le\delta_{\text{low}}\ \lor\ p\ge p^{\text{old}}\big] & A_{i,t}\le0\end{cases}\qquad
+    \ell_{i,t}=-A_{i,t}\,\operatorname{sg}\big[\min(\rho_{i,t},c)\big]\,\log\pi_\theta(y_{i,t})\,k_{i,t}$$
+
+    (a token is only cut off when it moved *past* the bound in the direction its advantage pushes).
+    Same config keys and metrics as `dppo_tv`. Mirrors `compute_policy_loss_dppo_kl`
+    (`verl/trainer/ppo/core_algos.py:1461`).
+    """
+    return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode, config, rollout_is_weights,
+                      "compute_policy_loss_dppo_kl", _inside_binary_kl)
 
 
 @register_policy_loss("gspo")
@@ -946,8 +1301,8 @@ def compute_policy_loss_sapo(
     Mirrors `compute_policy_loss_sapo` (`verl/trainer/ppo/core_algos.py:1622`).
     """
     _require_config(config, "compute_policy_loss_sapo", "tau_pos, tau_neg")
-    tau_pos = torch.as_tensor(_cfg(config, "tau_pos", 1.0), dtype=advantages.dtype, device=advantages.device)
-    tau_neg = torch.as_tensor(_cfg(config, "tau_neg", 1.05), dtype=advantages.dtype, device=advantages.device)
+    tau_pos = torch.as_tensor(cfg_get(config, "tau_pos", 1.0), dtype=advantages.dtype, device=advantages.device)
+    tau_neg = torch.as_tensor(cfg_get(config, "tau_neg", 1.05), dtype=advantages.dtype, device=advantages.device)
 
     log_ratio = torch.clamp(log_prob - old_log_prob, min=-20.0, max=20.0)
     ratio = torch.exp(log_ratio)
@@ -1015,9 +1370,9 @@ def compute_policy_loss_clip_cov(
     (`verl/trainer/ppo/core_algos.py:1743`).
     """
     _require_config(config, "compute_policy_loss_clip_cov", "clip_ratio_low, clip_ratio_high, policy_loss")
-    pl = _cfg(config, "policy_loss")
-    cov_ratio = _cfg(pl, "clip_cov_ratio", 0.0002)
-    cov_lb, cov_ub = _cfg(pl, "clip_cov_lb", 1.0), _cfg(pl, "clip_cov_ub", 5.0)
+    pl = cfg_get(config, "policy_loss")
+    cov_ratio = cfg_get(pl, "clip_cov_ratio", 0.0002)
+    cov_lb, cov_ub = cfg_get(pl, "clip_cov_lb", 1.0), cfg_get(pl, "clip_cov_ub", 5.0)
     if cov_ratio <= 0:
         raise ValueError(f"policy_loss.clip_cov_ratio must be > 0, got {cov_ratio}.")
     clip_low, clip_high = _clip_range(config)
@@ -1072,8 +1427,8 @@ def compute_policy_loss_kl_cov(
     Mirrors `compute_policy_loss_kl_cov` (`verl/trainer/ppo/core_algos.py:1848`).
     """
     _require_config(config, "compute_policy_loss_kl_cov", "policy_loss.kl_cov_ratio, policy_loss.ppo_kl_coef")
-    pl = _cfg(config, "policy_loss")
-    cov_ratio, kl_coef = _cfg(pl, "kl_cov_ratio", 0.0002), _cfg(pl, "ppo_kl_coef", 1.0)
+    pl = cfg_get(config, "policy_loss")
+    cov_ratio, kl_coef = cfg_get(pl, "kl_cov_ratio", 0.0002), cfg_get(pl, "ppo_kl_coef", 1.0)
     if cov_ratio <= 0:
         raise ValueError(f"policy_loss.kl_cov_ratio must be > 0, got {cov_ratio}.")
 
@@ -1148,6 +1503,42 @@ def compute_policy_loss_geo_mean(
     return pg_loss, _metrics(clipfrac, masked_mean(-log_ratio, response_mask), clipfrac_lower)
 
 
+@register_policy_loss("dro")
+def compute_policy_loss_dro(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    r"""DRO ("Direct Reward Optimization", as verl names it): REINFORCE with a quadratic pull towards $\pi_{\text{old}}$.
+
+    No ratio and no clip: the policy gradient term plus a squared log-ratio penalty,
+
+    $$\ell_{i,t}=-\Big(A_{i,t}\log\pi_\theta(y_{i,t})-\tfrac{\beta}{2}\big(\log\pi_\theta(y_{i,t})-\log\pi_{\text{old}}(y_{i,t})\big)^2\Big)$$
+
+    whose gradient $-(A-\beta\log\rho)\nabla\log\pi_\theta$ shrinks the step of a token as soon as its
+    log-ratio has moved by $A/\beta$: a soft trust region where PPO's is hard. The log-ratio is not
+    clamped. Metric: `actor/ppo_kl` only.
+
+    Reads from `config`: `policy_loss.dro_beta` ($\beta$, required, > 0; verl's default is null),
+    `global_batch_info`. Mirrors `compute_policy_loss_dro` (`verl/trainer/ppo/core_algos.py:2014`).
+    """
+    _require_config(config, "compute_policy_loss_dro", "policy_loss.dro_beta")
+    beta = cfg_get(cfg_get(config, "policy_loss"), "dro_beta")
+    if beta is None or beta <= 0:
+        raise ValueError(
+            f"loss_mode=dro needs actor_rollout_ref.actor.policy_loss.dro_beta > 0 (the weight of the "
+            f"squared log-ratio), got {beta}. Fix: e.g. actor_rollout_ref.actor.policy_loss.dro_beta=0.1."
+        )
+    log_ratio = log_prob - old_log_prob
+    pg_losses = -(advantages * log_prob - 0.5 * beta * log_ratio.square())
+    pg_loss = _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return pg_loss, _metrics(ppo_kl=masked_mean(-log_ratio, response_mask))
+
+
 @register_policy_loss("cispo")
 def compute_policy_loss_cispo(
     old_log_prob: torch.Tensor,
@@ -1181,6 +1572,399 @@ def compute_policy_loss_cispo(
     pg_loss = _agg(pg_losses, response_mask, loss_agg_mode, config, rollout_is_weights)
     pg_clipfrac = masked_mean((ratio != weight).float(), response_mask)
     return pg_loss, _metrics(pg_clipfrac, masked_mean(-log_ratio, response_mask), 0.0)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Rollout correction: importance weights and rejection between the rollout's policy and the actor's.
+# verl keeps these in verl/trainer/ppo/rollout_corr_helper.py; here is what the bypass_mode loss calls.
+# ---------------------------------------------------------------------------------------------------------
+
+_SAFETY_BOUND = 20.0  # |log-ratio| is clamped to this before exp (e^20 ~ 5e8), as in verl
+ROLLOUT_RS_OPTIONS = tuple(
+    f"{level}_{k}" for level in ("token", "seq_sum", "seq_mean") for k in ("k1", "k2", "k3")
+) + ("seq_max_k2", "seq_max_k3")
+"""The rejection criteria `rollout_rs` accepts (comma-separated to combine)."""
+
+
+def _cfg_raw(cfg: Any, key: str, default: Any) -> Any:
+    """`cfg[key]` / `cfg.key`, keeping an explicit None (unlike `cfg_get`): here None means 'off'."""
+    if isinstance(cfg, Mapping):
+        return cfg.get(key, default)
+    return getattr(cfg, key, default)
+
+
+def _parse_is_threshold(spec: Any) -> tuple[float, float | None]:
+    """`rollout_is_threshold` -> (upper, lower or None): a number (or "2.0") truncates, "lower_upper" is IcePop."""
+    fix = "Fix: use a positive number (e.g. 2.0) or a 'lower_upper' string (e.g. '0.5_2.0')."
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise TypeError(f"rollout_is_threshold={spec!r} is not a threshold. {fix}")
+    text = str(spec).strip()
+    try:
+        lower, upper = (float(x) for x in text.split("_", 1)) if "_" in text else (None, float(text))
+    except ValueError as e:
+        raise ValueError(f"rollout_is_threshold={spec!r} is not a threshold. {fix}") from e
+    if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+        raise ValueError(f"rollout_is_threshold={spec!r}: the bounds must satisfy 0 < lower <= upper. {fix}")
+    return upper, lower
+
+
+def _masked_mean_all_ranks(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """`mean_m` over every data-parallel rank's values when torch.distributed is running (verl:
+    `distributed_masked_mean`, `verl/utils/torch_functional.py:967`), else over the local ones."""
+    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
+        return masked_mean(values, mask)
+    total, count = (values * mask).sum(), mask.sum().to(values.dtype)
+    torch.distributed.all_reduce(total)
+    torch.distributed.all_reduce(count)
+    return total / count
+
+
+def compute_rollout_correction_weights(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str = "token",
+    rollout_is_threshold: str | float = 2.0,
+    rollout_is_batch_normalize: bool = False,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    r"""Importance weights $w=\pi_\theta/\pi_{\text{roll}}$ that correct for sampling from another policy, truncated.
+
+    With $x_{i,t}$ = `log_ratio` ($\log\pi_\theta-\log\pi_{\text{roll}}$, clamped to $\pm20$):
+
+    $$w^{\text{token}}_{i,t}=e^{x_{i,t}},\qquad w^{\text{sequence}}_{i,t}=e^{\sum_{t'}m_{i,t'}x_{i,t'}}\ \text{(the same for every token of } i)$$
+
+    then masked, and either truncated, $w\leftarrow\min(w,\bar w)$ (TIS, threshold a number $\bar w$),
+    or, for a threshold `"lower_upper"`, set to 0 outside $[\text{lower},\text{upper}]$ (IcePop). With
+    `rollout_is_batch_normalize` the weights are divided by their mean (over tokens, or over
+    responses for `sequence`; over all ranks when torch.distributed runs). The weights are detached:
+    they reweight the samples, they are not optimised.
+
+    Returns `(weights, metrics)`; metrics (a subset of verl's): `rollout_is_mean`, `_max`, `_min`,
+    `_ratio_fraction_high` / `_low` (share of raw weights above the upper / below the lower bound,
+    lower = 1/upper for TIS), `_eff_sample_size` ($1/\operatorname{mean}_m(\hat w^2)$ with $\hat w$ the
+    weights over their mean), and `_oob_ratio` (IcePop) or `_batch_norm_factor` when those apply.
+    Mirrors `compute_rollout_correction_weights` (`verl/trainer/ppo/rollout_corr_helper.py:522`).
+    """
+    if rollout_is not in ("token", "sequence"):
+        raise ValueError(f"rollout_is={rollout_is!r} is not an IS level. Fix: token, sequence or null (off).")
+    upper, lower = _parse_is_threshold(rollout_is_threshold)
+    if rollout_is == "token":
+        log_w = log_ratio
+        raw = torch.exp(torch.clamp(log_ratio, -_SAFETY_BOUND, _SAFETY_BOUND))
+    else:
+        log_w = masked_sum(log_ratio, response_mask, axis=-1).unsqueeze(-1)  # (bs, 1)
+        raw = torch.exp(torch.clamp(log_w, -_SAFETY_BOUND, _SAFETY_BOUND)).expand_as(log_ratio)
+    raw = raw * response_mask
+    if lower is None:
+        weights = raw.clamp(max=upper)
+    else:
+        weights = torch.where((raw >= lower) & (raw <= upper), raw, torch.zeros_like(raw))
+
+    low = 1.0 / upper if lower is None else lower
+    valid = response_mask.bool()
+    if rollout_is == "sequence":
+        metrics = {
+            "rollout_is_max": torch.exp(torch.clamp(log_w.max(), max=_SAFETY_BOUND)).item(),
+            "rollout_is_min": torch.exp(log_w.min()).item(),
+            "rollout_is_ratio_fraction_high": (log_w > np.log(upper)).float().mean().item(),
+            "rollout_is_ratio_fraction_low": (log_w < np.log(low)).float().mean().item(),
+        }
+    else:
+        metrics = {
+            "rollout_is_max": weights.masked_fill(~valid, float("-inf")).max().item(),
+            "rollout_is_min": weights.masked_fill(~valid, float("inf")).min().item(),
+            "rollout_is_ratio_fraction_high": masked_mean((raw > upper).float(), response_mask).item(),
+            "rollout_is_ratio_fraction_low": masked_mean((raw < low).float(), response_mask).item(),
+        }
+    metrics["rollout_is_mean"] = masked_mean(weights, response_mask).item()
+    bounded = weights.clamp(min=0.0, max=upper)
+    normalised = bounded / (masked_mean(bounded, response_mask) + 1e-8)
+    metrics["rollout_is_eff_sample_size"] = 1.0 / masked_mean(normalised.square(), response_mask).item()
+    if lower is not None:
+        metrics["rollout_is_oob_ratio"] = masked_mean(((raw < lower) | (raw > upper)).float(), response_mask).item()
+
+    weights = weights.detach()
+    if rollout_is_batch_normalize:
+        mask = response_mask.to(weights.dtype)
+        if rollout_is == "token":
+            mean = _masked_mean_all_ranks(weights, mask)
+        else:  # one weight per response: average the responses that have tokens
+            per_seq, has_tokens = masked_mean(weights, response_mask, axis=-1), (mask.sum(dim=-1) > 0).to(weights.dtype)
+            if torch.distributed.is_available() and torch.distributed.is_initialized():
+                mean = _masked_mean_all_ranks(per_seq, has_tokens)
+            else:
+                mean = (per_seq * has_tokens).sum() / has_tokens.sum().clamp_min(1e-8)
+        if mean > 1e-8:
+            weights = weights / mean
+            metrics["rollout_is_batch_norm_factor"] = mean.item()
+        else:
+            metrics["rollout_is_batch_norm_factor"] = 1.0
+    return weights, metrics
+
+
+def _parse_rs_thresholds(options: list[str], spec: Any) -> dict[str, tuple[float | None, float]]:
+    """`rollout_rs_threshold` -> {option: (lower or None, upper)}: one entry shared, or one per option."""
+    fix = ("Fix: one positive number shared by all options, or one per option separated by commas; a k1 option "
+           "takes 'lower_upper' ratio bounds (e.g. '0.5_2.0').")
+    if spec is None:
+        raise ValueError(f"rollout_rs={','.join(options)} needs rollout_rs_threshold. {fix}")
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise TypeError(f"rollout_rs_threshold={spec!r} is not a threshold. {fix}")
+    parts = [spec] if not isinstance(spec, str) else [x.strip() for x in spec.split(",") if x.strip()]
+    if len(parts) not in (1, len(options)):
+        raise ValueError(f"rollout_rs_threshold={spec!r} has {len(parts)} entries for {len(options)} options. {fix}")
+    parts = parts * len(options) if len(parts) == 1 else parts
+    out = {}
+    for option, part in zip(options, parts):
+        text = str(part)
+        try:
+            if option.endswith("k1"):  # ratio bounds; one number is the upper one, its inverse the lower
+                lower, upper = (float(x) for x in text.split("_", 1)) if "_" in text else (1 / float(text), float(text))
+            elif "_" in text:
+                raise ValueError
+            else:
+                lower, upper = None, float(text)
+        except (ValueError, ZeroDivisionError) as e:
+            raise ValueError(f"rollout_rs_threshold entry {text!r} does not fit option {option!r}. {fix}") from e
+        if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+            raise ValueError(f"rollout_rs_threshold entry {text!r} for {option!r} must be positive, lower <= upper. "
+                             f"{fix}")
+        out[option] = (lower, upper)
+    return out
+
+
+def compute_rollout_rejection_mask(
+    log_ratio: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_rs: str = "token_k1",
+    rollout_rs_threshold: str | float | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    r"""A hard trust region: mask out the tokens (or whole responses) whose divergence from the rollout is too large.
+
+    With $x$ = `log_ratio` clamped to $\pm20$ and the per-token divergence estimates
+    $k_1=-x$, $k_2=\tfrac12x^2$, $k_3=e^{x}-1-x$, each option of `rollout_rs` (comma-separated, all
+    must pass) keeps a token when its statistic is within the bound:
+
+    - `token_k1`: $\log\text{lower}\le k_1\le\log\text{upper}$ per token; `token_k2`, `token_k3`: $k\le\text{upper}$;
+    - `seq_sum_k*`, `seq_mean_k*`, `seq_max_k2|3`: the sum / mean / max of the token statistic over
+      the response, against the same bounds, keeping or dropping the whole response.
+
+    Returns `(response_mask * keep, metrics)`, the mask in `response_mask`'s dtype; metrics:
+    `rollout_rs_<option>_masked_fraction` (tokens) and `_seq_masked_fraction` (responses with tokens),
+    and the same for all options together (`rollout_rs_masked_fraction`, `rollout_rs_seq_masked_fraction`,
+    the latter over all responses). verl also logs each statistic's mean/max/min/std.
+    Mirrors `compute_rollout_rejection_mask` (`verl/trainer/ppo/rollout_corr_helper.py:197`).
+    """
+    if not isinstance(rollout_rs, str) or not rollout_rs.strip():
+        raise ValueError(f"rollout_rs={rollout_rs!r}: give one or more of {list(ROLLOUT_RS_OPTIONS)}, comma-separated.")
+    if log_ratio.shape[0] == 0:
+        return response_mask, {}
+    options = list(dict.fromkeys(o.strip() for o in rollout_rs.split(",") if o.strip()))
+    unknown = [o for o in options if o not in ROLLOUT_RS_OPTIONS]
+    if unknown:
+        raise ValueError(f"rollout_rs option(s) {unknown} unknown. Fix: use some of {list(ROLLOUT_RS_OPTIONS)}.")
+    bounds = _parse_rs_thresholds(options, rollout_rs_threshold)
+
+    x = torch.clamp(log_ratio, -_SAFETY_BOUND, _SAFETY_BOUND)
+    per_token = {"k1": -x, "k2": 0.5 * x**2, "k3": torch.exp(x) - 1.0 - x}
+    valid = response_mask.bool()
+    has_tokens = response_mask.sum(dim=-1) > 0
+    combined = torch.ones_like(response_mask, dtype=log_ratio.dtype)
+    metrics: dict[str, float] = {}
+    for option in options:
+        level, k = option.rsplit("_", 1)
+        lower, upper = bounds[option]
+        stat = per_token[k]
+        if level == "seq_sum":
+            stat = masked_sum(stat, response_mask, axis=-1).unsqueeze(-1)
+        elif level == "seq_mean":
+            stat = masked_mean(stat, response_mask, axis=-1).unsqueeze(-1)
+        elif level == "seq_max":
+            top = stat.masked_fill(~valid, float("-inf")).max(dim=-1).values
+            stat = torch.where(top == float("-inf"), torch.zeros_like(top), top).unsqueeze(-1)  # no token: 0
+        ok = (stat >= np.log(lower)) & (stat <= np.log(upper)) if k == "k1" else stat <= upper
+        ok = ok.expand_as(valid)
+        keep = ok.to(log_ratio.dtype)
+        combined = combined * keep
+        seq_kept = (ok | ~valid).all(dim=-1)
+        metrics[f"rollout_rs_{option}_masked_fraction"] = masked_mean(1 - keep, response_mask).item()
+        n_seq = has_tokens.float().sum()
+        metrics[f"rollout_rs_{option}_seq_masked_fraction"] = (
+            (((~seq_kept) & has_tokens).float().sum() / n_seq).item() if n_seq > 0 else 0.0
+        )
+    metrics["rollout_rs_masked_fraction"] = masked_mean(1 - combined, response_mask).item()
+    rejected_seq = ((combined <= 0.5) & valid).any(dim=-1)
+    metrics["rollout_rs_seq_masked_fraction"] = rejected_seq.float().mean().item()
+    return (response_mask * combined).to(dtype=response_mask.dtype), metrics
+
+
+def compute_offpolicy_metrics(
+    old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor | None, response_mask: torch.Tensor
+) -> dict[str, float]:
+    r"""How far the rollout's policy is from the training policy, from the log-probs of the sampled tokens.
+
+    With $\ell=$ `old_log_prob` (training policy), $\ell^{\text{roll}}$ = `rollout_log_prob` and
+    $x=\ell-\ell^{\text{roll}}$: `kl` $=\operatorname{mean}_m(-x)$ (an estimate of
+    $\mathrm{KL}(\pi_{\text{roll}}\Vert\pi)$), `k3_kl` $=\operatorname{mean}_m(e^x-x-1)$,
+    `training_ppl` / `rollout_ppl` (per-response perplexity $e^{-\operatorname{mean}_t\ell}$, averaged),
+    their logs, `log_ppl_diff` (mean, abs mean, max, min over responses), `ppl_ratio`, and the
+    $\chi^2$ divergences `chi2_token` $=\operatorname{mean}_m(e^{2x})-1$ and `chi2_seq`
+    $=\operatorname{mean}_i(e^{2\sum_t m x})-1$ (exponents clamped). Without `rollout_log_prob`, only
+    the training perplexity. Mirrors `compute_offpolicy_metrics` (`verl/trainer/ppo/rollout_corr_helper.py:904`).
+    """
+    if not response_mask.any():
+        raise ValueError("compute_offpolicy_metrics: response_mask has no valid token.")
+    mean_lp = masked_mean(old_log_prob, response_mask, axis=-1)
+    metrics = {"training_ppl": torch.exp(-mean_lp).mean().item(), "training_log_ppl": (-mean_lp).mean().item()}
+    if rollout_log_prob is None:
+        return metrics
+    x = old_log_prob - rollout_log_prob
+    mean_roll = masked_mean(rollout_log_prob, response_mask, axis=-1)
+    diff = mean_roll - mean_lp
+    x_safe = torch.clamp(x, -_SAFETY_BOUND, _SAFETY_BOUND)
+    seq_sum = torch.clamp(masked_sum(x, response_mask, axis=-1), -_SAFETY_BOUND, _SAFETY_BOUND)
+    metrics.update({
+        "kl": masked_mean(-x, response_mask).item(),
+        "k3_kl": masked_mean(torch.exp(x) - x - 1, response_mask).item(),
+        "rollout_ppl": torch.exp(-mean_roll).mean().item(),
+        "rollout_log_ppl": (-mean_roll).mean().item(),
+        "log_ppl_diff": diff.mean().item(),
+        "log_ppl_abs_diff": diff.abs().mean().item(),
+        "log_ppl_diff_max": diff.max().item(),
+        "log_ppl_diff_min": diff.min().item(),
+        "ppl_ratio": torch.exp(diff).mean().item(),
+        "chi2_token": (masked_mean(torch.exp(x_safe).square(), response_mask) - 1.0).item(),
+        "chi2_seq": (torch.exp(2.0 * seq_sum).mean() - 1.0).item(),
+    })
+    return metrics
+
+
+def compute_rollout_correction_and_rejection_mask(
+    old_log_prob: torch.Tensor,
+    rollout_log_prob: torch.Tensor,
+    response_mask: torch.Tensor,
+    rollout_is: str | None = None,
+    rollout_is_threshold: str | float | None = 2.0,
+    rollout_is_batch_normalize: bool = False,
+    rollout_rs: str | None = None,
+    rollout_rs_threshold: str | float | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
+    r"""IS weights (if `rollout_is`), a rejection mask (if `rollout_rs`) and the off-policy metrics, in one call.
+
+    `old_log_prob` is the policy being corrected *to* (in bypass mode: the current $\pi_\theta$) and
+    `rollout_log_prob` the one that sampled. Returns `(weights or None, response_mask after rejection,
+    metrics)`, every metric prefixed `rollout_corr/`. verl returns the weights wrapped in a DataProto
+    (`rollout_is_weights`); minirl returns the tensor (this module knows no batch type).
+    Mirrors `compute_rollout_correction_and_rejection_mask` (`verl/trainer/ppo/rollout_corr_helper.py:786`).
+    """
+    if not response_mask.any():
+        raise ValueError("rollout correction: response_mask has no valid token (1) in this micro-batch.")
+    if old_log_prob.shape != rollout_log_prob.shape or old_log_prob.shape != response_mask.shape:
+        raise ValueError(
+            f"rollout correction: log-prob shapes {tuple(old_log_prob.shape)} / {tuple(rollout_log_prob.shape)} "
+            f"and response_mask {tuple(response_mask.shape)} must be equal."
+        )
+    log_ratio = old_log_prob - rollout_log_prob
+    metrics: dict[str, float] = {}
+    weights = None
+    if rollout_is is not None and rollout_is_threshold is not None:
+        weights, is_metrics = compute_rollout_correction_weights(
+            log_ratio, response_mask, rollout_is, rollout_is_threshold, rollout_is_batch_normalize
+        )
+        metrics.update(is_metrics)
+    mask = response_mask.clone()
+    if rollout_rs is not None:
+        mask, rs_metrics = compute_rollout_rejection_mask(log_ratio, response_mask, rollout_rs, rollout_rs_threshold)
+        metrics.update(rs_metrics)
+    metrics.update(compute_offpolicy_metrics(old_log_prob, rollout_log_prob, response_mask))
+    return weights, mask, {f"rollout_corr/{k}": float(v) for k, v in metrics.items()}
+
+
+def compute_policy_loss_reinforce(
+    rollout_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "seq-mean-token-sum",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    r"""Plain REINFORCE, optionally importance-weighted: $\ell_{i,t}=-A_{i,t}\,\log\pi_\theta(y_{i,t})\,w_{i,t}$.
+
+    No ratio, no clip; $w$ = `rollout_is_weights` (detached; 1 when None). Metric: `actor/ppo_kl`
+    $=\operatorname{mean}_m(\log\pi_{\text{roll}}-\log\pi_\theta)$. Not registered: `bypass_mode` calls it
+    for `loss_type=reinforce`. Note the default aggregation, seq-mean-token-sum (verl's).
+    Reads `global_batch_info` from `config`.
+    Mirrors `compute_policy_loss_reinforce` (`verl/trainer/ppo/core_algos.py:2332`).
+    """
+    _require_config(config, "compute_policy_loss_reinforce", "global_batch_info")
+    pg_loss = _agg(-advantages * log_prob, response_mask, loss_agg_mode, config, rollout_is_weights)
+    return pg_loss, _metrics(ppo_kl=masked_mean(rollout_log_prob - log_prob, response_mask))
+
+
+@register_policy_loss("bypass_mode")
+def compute_policy_loss_bypass_mode(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config: Any | None = None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, Any]]:
+    r"""The loss for bypass mode, where the rollout's own log-probs stand in for $\pi_{\text{old}}$.
+
+    In bypass mode (`algorithm.rollout_correction.bypass_mode`) the trainer skips the actor's
+    old-log-prob forward and sets $\log\pi_{\text{old}}=\log\pi_{\text{roll}}$: two policies instead of
+    three. This loss treats `old_log_prob` as $\log\pi_{\text{roll}}$, computes (without gradient) the
+    importance weights $w$ and the rejection mask $m'$ of `compute_rollout_correction_and_rejection_mask`
+    from $\pi_\theta$ against $\pi_{\text{roll}}$, and then, by `rollout_correction.loss_type`:
+
+    - `ppo_clip` (default): `compute_policy_loss_vanilla` on $m'$, **without** $w$: the PPO ratio
+      $\pi_\theta/\pi_{\text{roll}}$ already is the importance weight, and its clip bounds it;
+    - `reinforce`: `compute_policy_loss_reinforce`, $\ell=-A\log\pi_\theta\,w$ on $m'$.
+
+    The `rollout_is_weights` argument is ignored (the weights are computed here). Metrics: those of
+    the chosen loss plus the `rollout_corr/...` ones.
+
+    Reads from `config`: `policy_loss.rollout_correction` (required) with `loss_type` (ppo_clip),
+    `rollout_is` (null: no weights), `rollout_is_threshold` (2.0), `rollout_is_batch_normalize`
+    (false), `rollout_rs` (null: no rejection), `rollout_rs_threshold`; and the keys of the loss it
+    dispatches to. In verl, `PolicyLossConfig.rollout_correction` is a dataclass whose default sets
+    `rollout_is: sequence` (`PolicyLossConfig`, `verl/workers/config/actor.py:77`); minirl's YAML spells that default out.
+    Mirrors `compute_policy_loss_bypass_mode` (`verl/trainer/ppo/core_algos.py:2413`).
+    """
+    _require_config(config, "compute_policy_loss_bypass_mode", "policy_loss.rollout_correction")
+    rc = cfg_get(cfg_get(config, "policy_loss"), "rollout_correction")
+    if rc is None:
+        raise ValueError(
+            "loss_mode=bypass_mode reads actor_rollout_ref.actor.policy_loss.rollout_correction (loss_type, "
+            "rollout_is, rollout_rs, ...), which is missing. Fix: keep that section of the config (its defaults work)."
+        )
+    loss_type = cfg_get(rc, "loss_type", "ppo_clip")
+    if loss_type not in ("ppo_clip", "reinforce"):
+        raise ValueError(f"policy_loss.rollout_correction.loss_type={loss_type!r}. Fix: ppo_clip or reinforce.")
+    rollout_log_prob = old_log_prob
+    with torch.no_grad():
+        weights, mask, corr_metrics = compute_rollout_correction_and_rejection_mask(
+            old_log_prob=log_prob,  # the current policy: w = pi_theta / pi_roll
+            rollout_log_prob=rollout_log_prob,
+            response_mask=response_mask,
+            rollout_is=_cfg_raw(rc, "rollout_is", None),
+            rollout_is_threshold=_cfg_raw(rc, "rollout_is_threshold", 2.0),
+            rollout_is_batch_normalize=bool(_cfg_raw(rc, "rollout_is_batch_normalize", False)),
+            rollout_rs=_cfg_raw(rc, "rollout_rs", None),
+            rollout_rs_threshold=_cfg_raw(rc, "rollout_rs_threshold", None),
+        )
+    if loss_type == "reinforce":
+        pg_loss, metrics = compute_policy_loss_reinforce(
+            rollout_log_prob, log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights=weights
+        )
+    else:
+        pg_loss, metrics = compute_policy_loss_vanilla(
+            rollout_log_prob, log_prob, advantages, mask, loss_agg_mode, config, rollout_is_weights=None
+        )
+    metrics.update(corr_metrics)
+    return pg_loss, metrics
 
 
 # ---------------------------------------------------------------------------------------------------------

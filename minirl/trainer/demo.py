@@ -1,8 +1,9 @@
 """`minirl demo`: the README's main job. SFT warm start (cached), then GRPO on the embedded task, on CPU.
 
 1. SFT teaches the `#### <answer>` format until greedy validation accuracy first reaches 0.2
-   (accuracy jumps suddenly during SFT; see ENVIRONMENT-FACTS "Learning on 2 CPU cores"). The result is
-   cached in `$MINIRL_CACHE/warmstart/` and reused by later demos.
+   (accuracy jumps suddenly during SFT; see ENVIRONMENT-FACTS "Learning on 2 CPU cores"). This is the
+   embedded default model `minirl://tiny-qwen2-sft` (`minirl.models.warm_start`): built once, cached in
+   `$MINIRL_CACHE/models/tiny-qwen2-sft`, reused by every later demo and `minirl train`.
 2. GRPO (`minirl train`) starts from it; validation accuracy is printed every `trainer.test_freq` steps,
    metrics go to `<default_local_dir>/metrics.jsonl`, the curve to `reward_curve.png`, the trace to
    `<default_local_dir>/trace/trace.jsonl`.
@@ -15,8 +16,6 @@ from __future__ import annotations
 import os
 import sys
 
-from minirl.models.tiny import default_cache_dir
-
 DEMO_DEFAULTS = [
     "trainer.total_training_steps=150",
     "trainer.test_freq=25",
@@ -25,25 +24,18 @@ DEMO_DEFAULTS = [
 ]
 
 
-def warm_start(stop_at: float = 0.2) -> str:
-    """Return the path of the cached SFT warm start, training it first if needed."""
-    from minirl.trainer.sft_trainer import run_sft
+def warm_start() -> str:
+    """The directory of `minirl://tiny-qwen2-sft`, the cached SFT warm start (trained first if missing)."""
+    from minirl.models import build_warm_start
 
-    out = os.path.join(default_cache_dir(), "warmstart", f"arithmetic-stop{stop_at}")
-    model_dir = os.path.join(out, "hf_model")
-    if os.path.isfile(os.path.join(model_dir, "config.json")):
-        print(f"[demo] using the cached SFT warm start {model_dir}")
-        return model_dir
-    print("[demo] SFT warm start: training until greedy validation accuracy >= "
-          f"{stop_at} (about 2-4 minutes on 2 cores)")
-    res = run_sft([f"trainer.default_local_dir={out}", f"trainer.stop_at_val_score={stop_at}"])
-    print(f"[demo] SFT done: {res['steps']} steps, {res['wall_s']:.0f} s, val acc {res['val_acc']:.3f}")
-    return res["path"]
+    path = build_warm_start("tiny-qwen2-sft")
+    print(f"[demo] SFT warm start: minirl://tiny-qwen2-sft ({path})")
+    return path
 
 
 def main(overrides=()) -> int:
     from minirl.config import ConfigError, load
-    from minirl.trainer.main_ppo import TaskRunner
+    from minirl.trainer.main_ppo import TaskRunnerV1
 
     overrides = list(overrides)
     try:
@@ -51,14 +43,14 @@ def main(overrides=()) -> int:
     except ConfigError as e:
         print(f"minirl demo: {e}", file=sys.stderr)
         return 2
-    from minirl.trainer.main_ppo import USER_ERRORS
+    from minirl.trainer.main_ppo import run_errors
 
     try:
         path = warm_start()
         cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
         print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
-        trainer = TaskRunner().run(cfg)
-    except USER_ERRORS as e:
+        trainer = TaskRunnerV1().run(cfg)
+    except run_errors() as e:
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise
         print(f"minirl demo: {e}", file=sys.stderr)

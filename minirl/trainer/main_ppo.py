@@ -2,9 +2,9 @@
 
 verl: `main` (`verl/trainer/main_ppo.py:167`) composes the Hydra config, starts Ray and runs a
 `TaskRunnerV1` (`verl/trainer/main_ppo.py:103`) actor whose `run` (`:133`) builds the tokenizer,
-datasets, reward functions and the trainer, then calls `fit`. minirl's `TaskRunner` does the same
+datasets, reward functions and the trainer, then calls `fit`. minirl's `TaskRunnerV1` does the same
 steps in this process (the controller is the driver, not a Ray actor). Ray starts only when the
-trainer uses Ray worker groups (`trainer.worker_group`, see `minirl.trainer.ppo.trainer`): then
+trainer uses Ray worker groups (`trainer.worker_group`, see `minirl.trainer.ppo.trainer_base`): then
 `init_workers` calls `init_ray` with `ray_kwargs.ray_init` (a private local Ray, or the cluster at
 `ray_kwargs.ray_init.address`), and `trainer.close()` kills the workers and stops a Ray it started.
 """
@@ -18,20 +18,18 @@ from minirl.config import ConfigError, load
 from minirl.config.validate import check_model_length
 
 
-class TaskRunner:
+class TaskRunnerV1:
     """Builds everything a run needs from the config, then trains (verl: `TaskRunnerV1`)."""
 
     def build(self, config):
         """Tokenizer, datasets, reward managers and the trainer, with workers initialised."""
         import torch
+        import transformers
 
         from minirl.data.rl_dataset import RLDataset, collate_fn
         from minirl.data.tasks import resolve_data_files
         from minirl.models import load_model_config, load_tokenizer, resolve_model_path
         from minirl.trainer.ppo import get_trainer_cls
-        from minirl.workers.reward import load_reward_manager
-
-        import transformers
 
         transformers.utils.logging.disable_progress_bar()  # one bar per weight load is noise in a notebook
         transformers.utils.logging.set_verbosity_error()  # the critic's new value head is expected
@@ -46,10 +44,11 @@ class TaskRunner:
         val_files = _existing(resolve_data_files(config.data.val_files, config.data.builtin), "data.val_files") \
             if config.data.val_files else None
         train = RLDataset(train_files, tokenizer, config.data, max_samples=int(config.data.train_max_samples))
+        _check_one_batch(train, int(config.data.train_batch_size))
         val = RLDataset(val_files, tokenizer, config.data, max_samples=int(config.data.val_max_samples)) if val_files else None
-        reward_fn = load_reward_manager(config, tokenizer)
         trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
-        trainer = trainer_cls(config, tokenizer, train, val, collate_fn, reward_fn)
+        # the reward loop (reward function checked, reward-model server started) is built first by init_workers
+        trainer = trainer_cls(config, tokenizer, train, val, collate_fn)
         try:
             trainer.init_workers()
         except BaseException:
@@ -95,12 +94,6 @@ def _plot_reward_curve(trainer):
     return path
 
 
-def run_ppo(overrides=()):
-    """Load the config with `overrides` and train; returns the trainer (for notebooks and tests)."""
-    config = load(list(overrides))
-    return TaskRunner().run(config)
-
-
 def _existing(paths: list[str], key: str) -> list[str]:
     missing = [p for p in paths if not os.path.exists(p)]
     if missing:
@@ -110,18 +103,43 @@ def _existing(paths: list[str], key: str) -> list[str]:
     return paths
 
 
+def _check_one_batch(dataset, batch_size: int) -> None:
+    """At least one full batch of prompts, or a `DataError` naming the files (before any model is built)."""
+    from minirl.data.rl_dataset import DataError
+
+    if len(dataset) >= batch_size:
+        return
+    dropped = getattr(dataset, "dropped_overlong", 0)
+    why = f" after dropping {dropped} over-long prompts" if dropped else ""
+    raise DataError(f"{', '.join(dataset.data_files)}: {len(dataset)} prompts{why}, fewer than one batch "
+                    f"(data.train_batch_size={batch_size}). Fix: lower data.train_batch_size or give more rows "
+                    "(data.builtin.n_train for a minirl:// task).")
+
+
 # Errors that mean "the run was set up wrong", reported in one line; anything else keeps its traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError)
 
 
+def run_errors() -> tuple:
+    """Everything `minirl train` (and `minirl demo`) reports in one line, exit 2: `USER_ERRORS`, bad data, a
+    damaged checkpoint, a NaN/inf that stopped the run, a tool config that does not build, a reward function
+    or reward-model server that fails (imported here: they live in modules that import torch)."""
+    from minirl.data.rl_dataset import DataError
+    from minirl.tools.tool_registry import ToolConfigError
+    from minirl.trainer.ppo.checkpointing import CheckpointError
+    from minirl.trainer.ppo.finite_checks import NonFiniteError
+    from minirl.workers.reward import RewardFunctionError, RewardModelServerError
+
+    return (*USER_ERRORS, DataError, CheckpointError, NonFiniteError, ToolConfigError, RewardFunctionError,
+            RewardModelServerError)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from minirl.workers.reward import RewardFunctionError
-
     try:
         config = load(argv)
-        TaskRunner().run(config)
-    except (*USER_ERRORS, RewardFunctionError) as e:
+        TaskRunnerV1().run(config)
+    except run_errors() as e:
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise
         print(f"minirl train: {e}", file=sys.stderr)

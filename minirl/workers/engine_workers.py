@@ -13,7 +13,11 @@ minirl keeps the rollout OUT of this worker: it is a separate replica object tha
 through `minirl.checkpoint_engine` (verl: `CheckpointEngineManager`, `verl/checkpoint_engine/base.py:381`),
 so the same trainer code works whether the workers live in this process or in Ray actors.
 Every method that takes a batch is registered with a dispatch mode, so the controller calls
-`wg.compute_log_prob(batch)` as if it were local.
+`wg.compute_log_prob(batch)` as if it were local. As in verl, the batch methods use the nd-mesh
+dispatch (`make_nd_compute_dataproto_dispatch_fn`, meshes `actor`, `ref`, `critic`): after building
+an engine each worker registers its data-parallel rank and whether it reports (`register_mesh`), so
+the same methods serve FSDP (every rank its own chunk) and tensor parallelism (the `tp` ranks of a
+group share one chunk, one of them reports).
 
 Several ranks: a worker whose group has `WORLD_SIZE > 1` joins the global `torch.distributed`
 process group in its constructor (gloo on CPU, NCCL on CUDA), from the RANK / WORLD_SIZE /
@@ -28,19 +32,26 @@ from __future__ import annotations
 import os
 from functools import partial
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from omegaconf import OmegaConf
 
 from minirl.protocol import DataProto
-from minirl.single_controller.base.decorator import Dispatch, register
+from minirl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from minirl.single_controller.base.worker import Worker
+from minirl.trace.worker_trace import note_engine_layout
+from minirl.utils.config import cfg_get
+from minirl.utils.distributed import init_process_group
 from minirl.workers.engine import EngineRegistry
 from minirl.workers.utils.losses import ppo_loss, value_loss
 
 # Metrics that loss functions report as this micro-batch's share of a global mean: summed, not averaged.
 SUM_METRICS = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "critic/vf_loss", "sft/loss")
+
+def _local(p: torch.Tensor) -> torch.Tensor:
+    """This rank's part of a parameter: the local shard of a DTensor (a view that shares its storage), else itself."""
+    return p.to_local() if hasattr(p, "to_local") else p
+
 
 def _ns(**kw):
     return OmegaConf.create(kw)
@@ -56,19 +67,53 @@ def init_distributed(device: str) -> None:
     if world_size <= 1 or dist.is_initialized():
         return
     backend = "nccl" if device == "cuda" else "gloo"  # verl: "cpu:gloo,cuda:nccl"
-    dist.init_process_group(backend=backend, rank=int(os.environ["RANK"]), world_size=world_size)
+    init_process_group(backend, int(os.environ["RANK"]), world_size)  # on loopback: listens on loopback only
 
 
-def build_engine(model_type: str, model_path: str, fsdp_config, optim_config, forward_only: bool, device: str):
-    """Build an engine from verl-shaped config sections: the model path, `fsdp_config` and `optim`."""
-    model_config = _ns(path=model_path, dtype=str(fsdp_config.get("model_dtype", "fp32")))
+def build_engine(model_type: str, model_path: str, fsdp_config, optim_config, forward_only: bool, device: str,
+                 model_section=None, use_prefix_grouper: bool = False, engine_section=None):
+    """Build an engine from verl-shaped config sections: the model path, `fsdp_config`, `optim` and `model`.
+
+    `model_section` (`actor_rollout_ref.model` / `critic.model`) contributes `enable_gradient_checkpointing`
+    and `trust_remote_code`, which the engine applies when it loads the Hugging Face model;
+    `use_prefix_grouper` (the actor's key) makes its forwards run each distinct prompt once.
+    `engine_section` (`actor_rollout_ref.actor` / `.ref` / `critic`) picks the backend by its `strategy`,
+    as verl's `TrainingWorker` does (`EngineRegistry.new(backend=engine_config.strategy)`): `torchtitan`
+    (`model_engine=torchtitan`) builds the TP x FSDP2 engine from the section's `torchtitan` keys.
+    The engine's layout (mesh, coordinates, parameter shards) goes into this rank's trace.
+    """
+    model_config = _ns(path=model_path, dtype=str(fsdp_config.get("model_dtype", "fp32")),
+                       enable_gradient_checkpointing=bool(cfg_get(model_section, "enable_gradient_checkpointing", False)),
+                       trust_remote_code=bool(cfg_get(model_section, "trust_remote_code", False)))
     engine_config = _ns(strategy="fsdp2", param_dtype=str(fsdp_config.get("dtype", "float32")),
                         seed=int(fsdp_config.get("seed", 42)), forward_only=forward_only,
-                        reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)), device=device)
-    engine = EngineRegistry.new(model_type, "fsdp2", model_config, engine_config,
+                        reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)), device=device,
+                        use_prefix_grouper=bool(use_prefix_grouper))
+    backend = str(cfg_get(engine_section, "strategy", "fsdp2"))
+    if backend == "torchtitan":
+        tt = cfg_get(engine_section, "torchtitan", None) or {}
+        engine_config = _ns(**{**OmegaConf.to_container(engine_config), **_plain(tt), "strategy": "torchtitan",
+                               "param_dtype": str(cfg_get(tt, "dtype", "float32")),
+                               "seed": int(cfg_get(tt, "seed", 42)), "forward_only": forward_only, "device": device})
+    engine = EngineRegistry.new(model_type, backend, model_config, engine_config,
                                 None if forward_only else optim_config)
     engine.initialize()
+    note_engine_layout(engine.layout())
     return engine
+
+
+def _plain(section) -> dict:
+    return OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
+
+
+def register_mesh(worker: Worker, mesh_name: str, engine) -> None:
+    """Tell the nd-mesh dispatch this rank's dp rank and whether it reports (verl: `set_dispatch_collect`).
+
+    FSDP: dp rank = rank, every rank reports. TorchTitan: the `tp` ranks of a group share a dp rank and
+    only tp rank 0 reports (`engine.is_mp_src_rank_with_outputs()`).
+    """
+    worker._register_dispatch_collect_info(mesh_name, dp_rank=engine.get_data_parallel_rank(),
+                                           is_collect=engine.is_mp_src_rank_with_outputs())
 
 
 class TrainingWorker:
@@ -83,7 +128,9 @@ class TrainingWorker:
 
         `data.meta_info` carries (set by the trainer): `mini_batch_size` (GLOBAL sequences per optimizer
         step), `micro_batch_size` (per rank), `epochs`, `seed`, `shuffle`, `temperature`.
-        Returns metrics lists (one entry per optimizer step) plus the batch-size numbers actually used.
+        Returns metrics lists (one entry per optimizer step) plus the batch-size numbers actually used;
+        `optimizer_steps` counts the steps applied, `optimizer_steps_skipped` those the engine skipped
+        for a non-finite gradient norm.
         """
         meta = dict(data.meta_info)
         dp = self.engine.get_data_parallel_size()
@@ -97,6 +144,7 @@ class TrainingWorker:
         epochs, seed, shuffle = int(meta.pop("epochs", 1)), int(meta.pop("seed", 42)), bool(meta.pop("shuffle", False))
         gen = torch.Generator().manual_seed(seed + self.engine.get_data_parallel_rank())
         steps, metrics = 0, {}
+        skipped_before = getattr(self.engine, "skipped_optimizer_steps", 0)
         n_mini = len(data) // mini
         for epoch in range(epochs):
             order = torch.randperm(len(data), generator=gen) if shuffle else torch.arange(len(data))
@@ -113,7 +161,9 @@ class TrainingWorker:
                 metrics.setdefault("micro_batch_size_per_rank", []).append(int(meta["micro_batch_size"]))
                 steps += 1
         lr = self.engine.lr_scheduler_step()  # verl steps the scheduler once per training step
-        metrics["optimizer_steps"] = [steps]
+        skipped = getattr(self.engine, "skipped_optimizer_steps", 0) - skipped_before
+        metrics["optimizer_steps"] = [steps - skipped]
+        metrics["optimizer_steps_skipped"] = [skipped]
         metrics["lr_after_step"] = [float(lr) if lr is not None else float("nan")]
         return metrics
 
@@ -145,11 +195,16 @@ class ActorRolloutRefWorker(Worker):
         """Build the actor engine (with optimizer) and the reference engine (forward only)."""
         c = self.config
         if self._is_actor:
-            engine = build_engine("language_model", model_path, c.actor.fsdp_config, c.actor.optim, False, self.device)
+            engine = build_engine("language_model", model_path, c.actor.fsdp_config, c.actor.optim, False, self.device,
+                                  model_section=c.model, use_prefix_grouper=cfg_get(c.actor, "use_prefix_grouper", False),
+                                  engine_section=c.actor)
             self.actor = TrainingWorker(engine, partial(ppo_loss, c.actor))
+            register_mesh(self, "actor", engine)
         if self._is_ref:
-            engine = build_engine("language_model", model_path, c.ref.fsdp_config, None, True, self.device)
+            engine = build_engine("language_model", model_path, c.ref.fsdp_config, None, True, self.device,
+                                  model_section=c.model, engine_section=c.ref)
             self.ref = TrainingWorker(engine)
+            register_mesh(self, "ref", engine)
         return True
 
     def _infer(self, worker: TrainingWorker, data: DataProto, micro: int, entropy: bool) -> dict:
@@ -157,20 +212,27 @@ class ActorRolloutRefWorker(Worker):
         data.meta_info = {**data.meta_info, "micro_batch_size": micro, "calculate_entropy": entropy}
         return worker.infer_batch(data)
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def compute_log_prob(self, data: DataProto) -> DataProto:
-        """Actor forward: `log_probs` [B, R] (and `entropy`) of the responses under the current actor."""
+        """Actor forward: `log_probs` [B, R] (and `entropy`) of the responses under the current actor.
+
+        With `actor.calculate_sum_pi_squared` also `sum_pi_squared` [B, R] (for the optimal-token-baseline
+        estimators), as verl's `_compute_old_log_prob` asks for (`verl/trainer/ppo/ray_trainer.py:1290`).
+        """
+        data.meta_info["calculate_sum_pi_squared"] = bool(cfg_get(self.config.actor, "calculate_sum_pi_squared", False))
         out = self._infer(self.actor, data, self.config.rollout.log_prob_micro_batch_size_per_gpu, True)
         tensors = {"log_probs": out["log_probs"].cpu(), "entropy": out["entropy"].cpu()}
+        if "sum_pi_squared" in out:
+            tensors["sum_pi_squared"] = out["sum_pi_squared"].cpu()
         return DataProto.from_dict(tensors=tensors, meta_info={"actor_version": self.policy_version})
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="ref"))
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """Reference forward: `ref_log_prob` [B, R] under the frozen initial policy (version 0)."""
         out = self._infer(self.ref, data, self.config.ref.log_prob_micro_batch_size_per_gpu, False)
         return DataProto.from_dict(tensors={"ref_log_prob": out["log_probs"].cpu()})
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="actor"))
     def update_actor(self, data: DataProto) -> DataProto:
         """PPO epochs over mini-batches; returns metrics in `meta_info["metrics"]`; bumps `policy_version`."""
         metrics = self.actor.train_mini_batch(data)
@@ -188,6 +250,50 @@ class ActorRolloutRefWorker(Worker):
         """
         params = list(self.actor.engine.get_per_tensor_param())
         return params if self.rank == 0 else []
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def save_model_to_cpu(self, n: int):
+        """Keep a CPU copy of this rank's actor parameters (its shards) and version under `n`.
+
+        Decoupled PPO in separate_async: the cycle's pi_old is saved at its first local update and swapped
+        back in for the later old-log-prob forwards (verl: `DetachActorWorker.save_model_to_cpu`,
+        `verl/experimental/separation/engine_workers.py:123`). The optimizer state is not touched.
+        """
+        saved = {name: _local(p).detach().to("cpu", copy=True) for name, p in self.actor.engine.module.named_parameters()}
+        self._cpu_models = {**getattr(self, "_cpu_models", {}), n: (saved, self.policy_version)}
+        return True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def restore_model_from_cpu(self, n: int):
+        """Copy the parameters saved under `n` back into the actor, in place; its version goes back too."""
+        saved, version = self._cpu_models[n]
+        with torch.no_grad():
+            for name, p in self.actor.engine.module.named_parameters():
+                _local(p).copy_(saved[name])
+        self.policy_version = version
+        return True
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def clear_cpu_model(self, n: int):
+        """Forget the copy saved under `n` (verl: `clear_cpu_model`)."""
+        getattr(self, "_cpu_models", {}).pop(n, None)
+        return True
+
+    @register(dispatch_mode=Dispatch.DP_COMPUTE)
+    def execute_checkpoint_engine(self, method: str, kwargs: dict):
+        """A group method (`prepare`, `init_process_group`, `finalize`) of this rank's checkpoint engine
+        (`minirl.checkpoint_engine.worker`; verl: `execute_checkpoint_engine`, `verl/checkpoint_engine/base.py:364`)."""
+        from minirl.checkpoint_engine.worker import execute_checkpoint_engine
+
+        return execute_checkpoint_engine(self, method, kwargs)
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def update_weights(self, global_steps: int, partial: bool = False) -> dict:
+        """Streaming sync: every rank gathers, rank 0 sends the buckets to the rollout servers
+        (`minirl.checkpoint_engine.worker.send_actor_weights`; verl: `update_weights`, `verl/workers/engine_workers.py:727`)."""
+        from minirl.checkpoint_engine.worker import send_actor_weights
+
+        return send_actor_weights(self, global_steps, partial)
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int):
@@ -208,17 +314,20 @@ class CriticWorker(Worker):
         super().__init__()
         init_distributed(device)
         self.config = config  # the critic section
+        self.role = "critic"
         self.device = device
         self.version = 0
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def init_model(self, model_path: str):
         c = self.config
-        engine = build_engine("value_model", model_path, c.fsdp, c.optim, False, self.device)
+        engine = build_engine("value_model", model_path, c.fsdp, c.optim, False, self.device, model_section=c.model,
+                              engine_section=c)
         self.critic = TrainingWorker(engine, partial(value_loss, c))
+        register_mesh(self, "critic", engine)
         return True
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="critic"))
     def compute_values(self, data: DataProto) -> DataProto:
         """`values` [B, R]: the critic's estimate at each response token."""
         micro = _divisor_at_most(len(data), int(self.config.forward_micro_batch_size_per_gpu))
@@ -226,7 +335,7 @@ class CriticWorker(Worker):
         out = self.critic.infer_batch(data)
         return DataProto.from_dict(tensors={"values": out["values"].cpu()})
 
-    @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO)
+    @register(dispatch_mode=make_nd_compute_dataproto_dispatch_fn(mesh_name="critic"))
     def update_critic(self, data: DataProto) -> DataProto:
         metrics = self.critic.train_mini_batch(data)
         self.version += 1
@@ -250,7 +359,3 @@ def _divisor_at_most(n: int, k: int) -> int:
     (verl's infer path splits into chunks of k and lets the last one be smaller)."""
     return max(d for d in range(1, max(1, min(n, k)) + 1) if n % d == 0)
 
-
-def reduce_metrics(metrics: dict) -> dict:
-    """Mean of every metric list (verl: `reduce_metrics`, `verl/utils/metric/utils.py:25`)."""
-    return {k: float(np.mean(v)) for k, v in metrics.items() if len(v)}

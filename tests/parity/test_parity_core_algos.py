@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -25,6 +26,8 @@ import verl.trainer.ppo.core_algos as V
 import verl.utils.torch_functional as VF
 from omegaconf import OmegaConf
 from verl.trainer.config import AlgoConfig
+from verl.trainer.config.algorithm import RolloutCorrectionConfig
+from verl.trainer.ppo import rollout_corr_helper as VR
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
 import minirl.trainer.core_algos as M
@@ -75,8 +78,9 @@ def test_masked_helpers(seed, batch, same):
 
 def test_registries(same):
     ours_adv, ours_pl = set(M.ADV_ESTIMATOR_REGISTRY), set(M.POLICY_LOSS_REGISTRY)
-    assert ours_adv <= set(V.ADV_ESTIMATOR_REGISTRY), ours_adv - set(V.ADV_ESTIMATOR_REGISTRY)
-    assert ours_pl <= set(V.POLICY_LOSS_REGISTRY), ours_pl - set(V.POLICY_LOSS_REGISTRY)
+    assert ours_adv == set(V.ADV_ESTIMATOR_REGISTRY), ours_adv ^ set(V.ADV_ESTIMATOR_REGISTRY)
+    assert ours_pl == set(V.POLICY_LOSS_REGISTRY), ours_pl ^ set(V.POLICY_LOSS_REGISTRY)
+    assert len(ours_adv) == 14 and len(ours_pl) == 12
     for name in ours_adv:  # the same key selects the function of the same name
         same(
             "get_adv_estimator_fn",
@@ -91,11 +95,12 @@ def test_registries(same):
         )
     for member in M.AdvantageEstimator:
         assert V.AdvantageEstimator(member.value).name == member.name
+    assert {m.value for m in M.AdvantageEstimator} == {m.value for m in V.AdvantageEstimator}
 
 
 # ------------------------------------------------------------------------------------- estimators
 
-OUTCOME_ESTIMATORS = ["rloo", "opo", "reinforce_plus_plus_baseline", "gpg"]
+OUTCOME_ESTIMATORS = ["rloo", "rloo_vectorized", "opo", "reinforce_plus_plus_baseline", "gpg"]
 
 
 @pytest.mark.parametrize("outcome", [False, True])
@@ -128,6 +133,11 @@ def test_grpo(seed, outcome, norm, batch, same):
         "compute_grpo_outcome_advantage",
         M.compute_grpo_outcome_advantage(**clone(kw)),
         V.compute_grpo_outcome_advantage(**clone(kw)),
+    )
+    same(
+        "compute_grpo_vectorized_outcome_advantage",
+        M.get_adv_estimator_fn("grpo_vectorized")(**clone(kw)),
+        V.get_adv_estimator_fn("grpo_vectorized")(**clone(kw)),
     )
 
 
@@ -197,6 +207,75 @@ def test_remax(seed, batch, same):
         M.get_adv_estimator_fn("remax")(**clone(kw)),
         V.get_adv_estimator_fn("remax")(**clone(kw)),
     )
+
+
+def gdpo_inputs(b: dict, seed: int, prompt_width: int = 3):
+    """Reward columns (one number per response) and the prompts/attention_mask that locate the last token."""
+    g = torch.Generator().manual_seed(100 + seed)
+    bs, T = b["response_mask"].shape
+    lengths = b["response_mask"].shape[1] - b["response_mask"].flip(-1).argmax(-1)  # last unmasked + 1
+    lengths[b["response_mask"].sum(-1) == 0] = 0
+    attention = torch.cat([torch.ones(bs, prompt_width), (torch.arange(T)[None] < lengths[:, None]).float()], dim=1).long()
+    columns = {
+        "format_reward": np.array(torch.randint(0, 2, (bs,), generator=g).float().tolist(), dtype=object),
+        "accuracy_reward": np.array((3 * torch.rand(bs, generator=g)).tolist(), dtype=object),
+        "uid": b["index"],
+    }
+    columns["format_reward"][6:8] = 1.0  # group "d": all equal in one component only
+    return columns, {"prompts": torch.zeros(bs, prompt_width, dtype=torch.long), "attention_mask": attention}
+
+
+@pytest.mark.parametrize("weights", [None, [0.3, 2.0]])
+@pytest.mark.parametrize("norm", [True, False])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gdpo(seed, norm, weights, batch, same):
+    b = batch(seed, outcome=True, empty_row=(seed == 2))
+    kw = {
+        "token_level_rewards": b["token_level_rewards"],
+        "response_mask": b["response_mask"],
+        "index": b["index"],
+        "norm_adv_by_std_in_grpo": norm,
+    }
+    # without the batch: one component, token_level_rewards
+    same("compute_gdpo_outcome_advantage", M.compute_gdpo_outcome_advantage(**clone(kw)),
+         V.compute_gdpo_outcome_advantage(**clone(kw)))
+    columns, tensors = gdpo_inputs(b, seed)
+    cfg = AlgoConfig(gdpo_reward_keys=["format_reward", "accuracy_reward"], gdpo_reward_weights=weights)
+    extra = {"config": cfg, "non_tensor_batch": columns, "batch": tensors}
+    same("compute_gdpo_outcome_advantage", M.compute_gdpo_outcome_advantage(**clone(kw), **extra),
+         V.compute_gdpo_outcome_advantage(**clone(kw), **extra))
+
+
+def otb_inputs(make_batch, seed: int, tail: bool) -> dict:
+    b = make_batch(seed, outcome=(seed % 2 == 0), empty_row=(seed == 2))
+    if tail:  # group "a" (rows 0-2): one strictly longest response; group "b" (3-4): two of equal length
+        m = b["response_mask"]
+        m[0:5] = 0.0
+        m[0, :7], m[1, :4], m[2, :2], m[3, :5], m[4, :5] = 1.0, 1.0, 1.0, 1.0, 1.0
+        m[0, 2] = 0.0  # an observation token inside the longest response
+        b["token_level_rewards"] = b["token_level_rewards"] * m
+    probs = torch.softmax(b["logits"], dim=-1)
+    return {
+        "token_level_rewards": b["token_level_rewards"],
+        "response_mask": b["response_mask"],
+        "index": b["index"],
+        "old_log_probs": b["old_log_prob"],
+        "sum_pi_squared": probs.square().sum(-1),
+        "_weights": b["rollout_is_weights"],
+    }
+
+
+@pytest.mark.parametrize("name", ["optimal_token_baseline", "tir_optimal_token_baseline"])
+@pytest.mark.parametrize("zero_tail", [True, False])
+@pytest.mark.parametrize("tail", [True, False])
+@pytest.mark.parametrize("seed", SEEDS)
+def test_optimal_token_baselines(name, seed, tail, zero_tail, batch, same):
+    kw = otb_inputs(batch, seed, tail)
+    weights = kw.pop("_weights")
+    for w in (None, weights):
+        args = dict(**clone(kw), rollout_is_weights=None if w is None else w.clone(), handle_zero_tail=zero_tail)
+        same(M.get_adv_estimator_fn(name).__name__, M.get_adv_estimator_fn(name)(**clone(args)),
+             V.get_adv_estimator_fn(name)(**clone(args)))
 
 
 # ------------------------------------------------------------------------------------- agg / value / entropy
@@ -311,8 +390,15 @@ def as_dictconfig(cfg: ActorConfig):
             "tau_neg": cfg.tau_neg,
             "global_batch_info": dict(cfg.global_batch_info),
             "policy_loss": {
-                k: getattr(pl, k)
-                for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef")
+                **{
+                    k: getattr(pl, k)
+                    for k in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta")
+                },
+                "rollout_correction": {
+                    k: getattr(pl.rollout_correction, k)
+                    for k in ("rollout_is", "rollout_is_threshold", "rollout_is_batch_normalize", "rollout_rs",
+                              "rollout_rs_threshold", "bypass_mode", "loss_type")
+                },
             },
         }
     )
@@ -328,7 +414,27 @@ POLICY_LOSS_SETTINGS = {
     # wide windows so several tokens are picked (and randperm/topk choose among them)
     "clip_cov": [{}, {"clip_cov_ratio": 0.1, "clip_cov_lb": 0.0, "clip_cov_ub": 5.0}],
     "kl_cov": [{}, {"kl_cov_ratio": 0.2, "ppo_kl_coef": 0.5}],
+    "dppo_tv": [{}],
+    "dppo_kl": [{}],
+    "dro": [{"dro_beta": 0.1}, {"dro_beta": 2.0}],
 }
+
+
+def _rc(**kw):
+    return {"rollout_correction": RolloutCorrectionConfig(**kw)}
+
+
+BYPASS_SETTINGS = [
+    _rc(),  # verl's dataclass default: sequence-level IS weights (for metrics), ppo_clip
+    _rc(rollout_is=None),
+    _rc(rollout_is="token", rollout_is_threshold=1.5, loss_type="reinforce"),
+    _rc(rollout_is="sequence", rollout_is_threshold="0.3_3.0", rollout_is_batch_normalize=True, loss_type="reinforce"),
+    _rc(rollout_is="token", rollout_is_threshold="0.5_2.0", rollout_is_batch_normalize=True, loss_type="reinforce"),
+    _rc(rollout_is="token", rollout_rs="token_k1", rollout_rs_threshold="0.7_1.4"),
+    _rc(rollout_rs="seq_mean_k3,token_k2,seq_max_k2", rollout_rs_threshold="0.05,0.1,0.2", loss_type="reinforce"),
+    _rc(rollout_rs="seq_sum_k1,seq_mean_k1,seq_sum_k2,seq_mean_k2,seq_sum_k3,token_k3,seq_max_k3",
+        rollout_rs_threshold=1.5),
+]
 
 
 def run_loss(module, name, b, mode, config, weighted, seed):
@@ -360,6 +466,57 @@ def _policy_loss_cases():
             for mode in AGG_MODES:
                 marks = [GSPO_DIFFERS] if name == "gspo" and mode != "seq-mean-token-mean" else []
                 yield pytest.param(name, pl, mode, id=f"{name}-{k}-{mode}", marks=marks)
+
+
+def same_subset(same, name, ours, theirs):
+    """`(loss, metrics, grad)` where minirl's metrics are a subset of verl's (verl logs more statistics)."""
+    (o_loss, o_metrics, o_grad), (t_loss, t_metrics, t_grad) = ours, theirs
+    assert set(o_metrics) <= set(t_metrics), set(o_metrics) - set(t_metrics)
+    same(name, (o_loss, {k: t_metrics[k] for k in o_metrics}, o_grad), (t_loss, o_metrics, t_grad))
+
+
+@pytest.mark.parametrize("mode", AGG_MODES)
+@pytest.mark.parametrize("k", range(len(BYPASS_SETTINGS)))
+@pytest.mark.parametrize("seed", SEEDS)
+def test_bypass_mode(k, mode, seed, batch, same):
+    b = batch(seed, empty_row=(seed == 1))
+    for info in [{}, GLOBAL_INFO]:
+        cfg = actor_config(info, **BYPASS_SETTINGS[k])
+        theirs = run_loss(V, "bypass_mode", b, mode, cfg, False, seed)
+        for config in (cfg, as_dictconfig(cfg)):
+            same_subset(same, "compute_policy_loss_bypass_mode", run_loss(M, "bypass_mode", b, mode, config, False, seed),
+                        theirs)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_rollout_correction_helpers(seed, batch, same):
+    b = batch(seed, empty_row=(seed == 1))
+    log_ratio, mask = b["log_prob"] - b["old_log_prob"], b["response_mask"]
+    for level in ("token", "sequence"):
+        for threshold in (2.0, "1.2", "0.4_2.5"):
+            for normalize in (False, True):
+                ours = M.compute_rollout_correction_weights(log_ratio, mask, level, threshold, normalize)
+                theirs = VR.compute_rollout_correction_weights(log_ratio, mask, level, threshold, normalize)
+                assert set(ours[1]) <= set(theirs[1])
+                same("compute_rollout_correction_weights", ours, (theirs[0], {k: theirs[1][k] for k in ours[1]}))
+    for rs, threshold in [("token_k1", 1.3), ("token_k1,seq_sum_k2", "0.8_1.2,0.3"), ("seq_max_k3", "0.2")]:
+        ours = M.compute_rollout_rejection_mask(log_ratio, mask, rs, threshold)
+        theirs = VR.compute_rollout_rejection_mask(log_ratio, mask, rs, threshold)
+        same("compute_rollout_rejection_mask", ours, (theirs[0], {k: theirs[1][k] for k in ours[1]}))
+    for rollout in (b["old_log_prob"], None):
+        same("compute_offpolicy_metrics", M.compute_offpolicy_metrics(b["log_prob"], rollout, mask),
+             VR.compute_offpolicy_metrics(b["log_prob"], rollout, mask))
+    for mode in AGG_MODES:
+        for w in (None, b["rollout_is_weights"]):
+            cfg = actor_config(GLOBAL_INFO)
+            args = {"rollout_log_prob": b["old_log_prob"], "advantages": b["advantages"], "response_mask": mask,
+                    "loss_agg_mode": mode, "config": cfg, "rollout_is_weights": w}
+            lp_o, lp_t = b["log_prob"].clone().requires_grad_(), b["log_prob"].clone().requires_grad_()
+            o = M.compute_policy_loss_reinforce(log_prob=lp_o, **args)
+            t = V.compute_policy_loss_reinforce(log_prob=lp_t, **args)
+            o[0].backward()
+            t[0].backward()
+            same("compute_policy_loss_reinforce", (*o, lp_o.grad), (*t, lp_t.grad))
 
 
 @pytest.mark.parametrize("name,policy_loss,mode", list(_policy_loss_cases()))

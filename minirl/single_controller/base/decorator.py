@@ -32,17 +32,18 @@ Simplifications versus verl:
 - Every mode that chunks a `DataProto` pads an uneven batch and the group removes the padding
   after collect. verl pads only in `DP_COMPUTE_PROTO`/`DP_COMPUTE_METRIC` and only when the batch
   has auto-padding switched on (`DataProto.is_padding_enabled`); elsewhere an uneven chunk fails.
-- `register` stores its attributes on the function itself. verl wraps the function, and the
-  wrapper materialises `DataProtoFuture` arguments on the worker (`_materialize_futures`,
-  `verl/single_controller/base/decorator.py:383`); minirl resolves futures on the controller
-  before dispatch (see `WorkerGroup`).
+- `register` wraps the method only to write the per-rank trace event of each call (when the
+  worker's process records one). verl's wrapper materialises `DataProtoFuture` arguments on the
+  worker (`_materialize_futures`, `verl/single_controller/base/decorator.py:383`); minirl resolves
+  futures on the controller before dispatch (see `WorkerGroup`).
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from enum import Enum
-from functools import partial
+from functools import partial, wraps
 from typing import Any
 
 # The attribute name under which @register stores its settings on the function
@@ -444,7 +445,10 @@ def register(
         materialize_futures: if True, future arguments (outputs of a non-blocking call) are waited
             for before dispatch, so the worker receives real data.
 
-    The worker method itself is unchanged; the settings are stored as a dict under `MAGIC_ATTR`.
+    The settings are stored as a dict under `MAGIC_ATTR`. While the worker's process records a trace
+    (`Worker.init_trace`), each call also writes one per-rank `worker` event: rank, dispatch and
+    collect, local inputs and output, the engine's micro-batches (see `minirl.trace.worker_trace`);
+    otherwise the call runs as written. verl wraps the method too, to materialise futures.
     """
     _check_dispatch_mode(dispatch_mode)
     _check_execute_mode(execute_mode)
@@ -456,7 +460,61 @@ def register(
             "blocking": blocking,
             "materialize_futures": materialize_futures,
         }
-        setattr(func, MAGIC_ATTR, attrs)
-        return func
+        if inspect.iscoroutinefunction(func) or func.__name__.startswith("_") or func.__name__ in UNTRACED:
+            setattr(func, MAGIC_ATTR, attrs)  # plumbing (mesh queries, trace set-up): never recorded
+            return func
+
+        @wraps(func)
+        def inner(self, *args, **kwargs):
+            from minirl.trace.worker_trace import get_worker_tracer
+
+            if get_worker_tracer() is None:  # the common case: this process records no worker events
+                return func(self, *args, **kwargs)
+            return _traced_call(func, attrs, self, args, kwargs)
+
+        setattr(inner, MAGIC_ATTR, attrs)
+        return inner
 
     return decorator
+
+
+# Registered methods that set up or tear down the worker trace itself.
+UNTRACED = frozenset({"init_trace", "close_trace"})
+
+
+def describe_dispatch(dispatch_mode) -> tuple[str, str, str | None]:
+    """`(dispatch, collect, mesh)` names of a mode, for the per-rank trace.
+
+    `collect` says how the controller gathers the outputs: `list` (one entry per rank), `concat` (the
+    DataProtos concatenated in rank order) or `concat_collect_ranks` (nd-mesh: one rank per dp rank);
+    the trace writes `rank_zero` for a method run with `Execute.RANK_ZERO`.
+    """
+    if isinstance(dispatch_mode, Dispatch):
+        collect = {Dispatch.DP_COMPUTE_PROTO: "concat", Dispatch.DP_COMPUTE_PROTO_WITH_FUNC: "concat"}
+        return dispatch_mode.name, collect.get(dispatch_mode, "list"), None
+    fn = dispatch_mode.get("dispatch_fn")
+    mesh = fn.args[0] if isinstance(fn, partial) and fn.func is dispatch_lazy_compute_data_proto else None
+    return (f"nd_mesh:{mesh}", "concat_collect_ranks", mesh) if mesh else ("custom", "custom", None)
+
+
+def _traced_call(func, attrs: dict, worker, args: tuple, kwargs: dict):
+    """Run one registered method on a worker and write its `worker` event (`minirl.trace.worker_trace`)."""
+    from minirl.trace.worker_trace import describe_value, worker_call
+
+    dispatch, collect, mesh = describe_dispatch(attrs["dispatch_mode"])
+    if attrs["execute_mode"] is Execute.RANK_ZERO:
+        collect = "rank_zero"  # only rank 0 ran: its output is the answer
+    rank = int(getattr(worker, "rank", 0))
+    record = {"worker": type(worker).__name__, "role": getattr(worker, "role", None), "method": func.__name__,
+              "rank": rank, "world_size": int(getattr(worker, "world_size", 1)), "dispatch": dispatch,
+              "execute": attrs["execute_mode"].name, "collect": collect}
+    if mesh is not None:  # nd-mesh: the dp rank this worker's chunk belongs to, and whether it reports
+        record["dp_rank"] = getattr(worker, "_dispatch_dp_rank", {}).get(mesh)
+        record["collected"] = getattr(worker, "_collect_dp_rank", {}).get(mesh)
+    else:
+        record["collected"] = attrs["execute_mode"] is Execute.ALL or rank == 0
+    with worker_call(record, args, kwargs) as call:
+        out = func(worker, *args, **kwargs)
+        if call is not None:
+            call["output"] = describe_value(out)
+    return out

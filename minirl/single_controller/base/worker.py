@@ -10,6 +10,8 @@ environment its WorkerGroup starts it with, the same variables `torchrun` sets:
 
 It also keeps, per named device mesh, its data-parallel rank and whether it reports results
 ("collect" rank), which the nd-mesh dispatch mode queries (see `decorator.py`).
+`init_trace` makes the worker's process write one per-rank trace event per registered call
+(`minirl.trace.worker_trace`; verl has no such hook).
 
 Simplifications versus verl: no accelerator handling (`_setup_env_cuda_visible_devices`,
 `verl/single_controller/base/worker.py:231`); missing variables default to a single worker
@@ -111,6 +113,26 @@ class Worker:
         if mesh_name not in self._collect_dp_rank:
             raise KeyError(f"mesh '{mesh_name}' is not registered on rank {self.rank} ({type(self).__name__}).")
         return self._collect_dp_rank[mesh_name]
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def init_trace(self, trace_dir: str, level: str = "fields", run_id: str | None = None) -> bool:
+        """Record this process's worker calls in `<trace_dir>/trace.rank<rank>.jsonl` (minirl only).
+
+        From now on every `@register`-ed call on this process writes one per-rank `worker` event
+        (`minirl.trace.worker_trace`); colocated roles share the process, and so the file. Calling it
+        again with the same directory and run id changes nothing; level `off` stops recording.
+        """
+        from minirl.trace.worker_trace import init_worker_tracer
+
+        return init_worker_tracer(trace_dir, level, run_id, self.rank) is not None
+
+    @register(dispatch_mode=Dispatch.ONE_TO_ALL)
+    def close_trace(self) -> bool:
+        """Stop recording worker calls and close this process's part file (minirl only)."""
+        from minirl.trace.worker_trace import close_worker_tracer
+
+        close_worker_tracer()
+        return True
 
     @register(dispatch_mode=Dispatch.DP_COMPUTE_PROTO_WITH_FUNC)
     def execute_with_func_generator(self, func, *args, **kwargs):

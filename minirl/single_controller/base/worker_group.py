@@ -53,10 +53,6 @@ class ResourcePool:
         self.max_colocate_count = max_colocate_count
         self.n_gpus_per_node = n_gpus_per_node
 
-    def add_node(self, process_count: int) -> None:
-        """Append a node running `process_count` workers."""
-        self._store.append(process_count)
-
     @property
     def world_size(self) -> int:
         """Total number of workers across all nodes."""
@@ -175,16 +171,6 @@ class WorkerGroup:
     def workers(self) -> list:
         """The worker objects (in-process) or actor handles (Ray), in rank order."""
         return self._workers
-
-    @property
-    def worker_names(self) -> list[str]:
-        """A readable name per worker, used in error messages."""
-        return self._worker_names
-
-    @property
-    def master_address(self) -> str | None:
-        """MASTER_ADDR given to every worker."""
-        return self._master_addr
 
     @property
     def master_port(self) -> str | None:

@@ -9,9 +9,22 @@ tests) gets the same hygiene:
 - **a private local cluster** unless an address is given: `address="local"` never joins another
   Ray running on the machine, and `_temp_dir` is a fresh short directory under /tmp (Ray's unix
   socket paths must stay short);
-- **nothing leaves the machine**: usage stats off (`RAY_USAGE_STATS_ENABLED=0`), no dashboard,
-  and an empty `~/ray_bootstrap_config.yaml` if none exists, which stops Ray probing
+- **nothing listens beyond this machine**: a local cluster's node address is 127.0.0.1, so the GCS,
+  the raylet, the agents, the metrics servers and every worker's gRPC server bind loopback only
+  (Ray picks "localhost only" for each of them when the node address is a loopback address).
+  Ray 2.60's `ray.init` replaces a given `_node_ip_address="127.0.0.1"` by the machine's
+  reachable address (`resolve_ip_for_localhost`, `ray/_private/services.py`) unless its cluster
+  mode is off, the switch it uses on macOS and Windows (`RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`,
+  read into `ray._private.ray_constants.ENABLE_RAY_CLUSTER`): `init_ray` turns it off for a local
+  cluster, in the environment (for Ray's child processes) and in the already-imported module.
+  The workers' `torch.distributed` rendezvous then sees MASTER_ADDR=127.0.0.1 and stays on
+  loopback too (`minirl.utils.distributed.init_process_group`);
+- **nothing reaches beyond this machine**: usage stats off (`RAY_USAGE_STATS_ENABLED=0`), no
+  dashboard, and an empty `~/ray_bootstrap_config.yaml` if none exists, which stops Ray probing
   cloud-metadata addresses (169.254.169.254) to guess whether it runs on a cloud VM;
+- **nothing outlives the driver**: a watchdog process (`minirl/single_controller/ray/watchdog.py`)
+  ends the local cluster's processes and removes its temp dir when the driver ends, also after a
+  `kill -9` (Ray alone leaves its agents running and its session directory on disk);
 - **patience on slow machines**: `RAY_agent_register_timeout_ms=120000`, because the node agent
   can take longer than Ray's default to start on two loaded cores; likewise
   `RAY_raylet_start_wait_time_s=120` for the node's registration, and up to three tries when the
@@ -22,9 +35,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
+LOOPBACK = "127.0.0.1"
 _created_temp_dir: str | None = None
+_watchdog: subprocess.Popen | None = None
 # Ray gives its local node a fixed 30 s to register (ray/_private/node.py); on two busy cores that
 # is sometimes too little, and a second try usually succeeds.
 _LOCAL_START_ATTEMPTS = 3
@@ -41,6 +58,36 @@ def _prepare_environment() -> None:
         # Empty file: Ray then believes it is configured and skips its cloud-metadata probe.
         with open(bootstrap, "w"):
             pass
+
+
+def _keep_on_loopback() -> None:
+    """Make a local cluster's node address 127.0.0.1 (see the module docstring), here and in Ray's children."""
+    from ray._private import ray_constants
+
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def _start_watchdog(run_dir: str, remove_dir: bool) -> subprocess.Popen:
+    """The reaper of this process's local Ray (`watchdog.py`), in its own session, fed by a pipe only we hold."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "watchdog.py")
+    return subprocess.Popen([sys.executable, script, str(os.getpid()), run_dir, "1" if remove_dir else "0"],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True, close_fds=True)
+
+
+def _stop_watchdog(wait_s: float = 10.0) -> None:
+    """Let the watchdog go: it ends what Ray left running, removes the temp dir (if ours) and exits."""
+    global _watchdog
+    proc, _watchdog = _watchdog, None
+    if proc is None:
+        return
+    proc.stdin.close()
+    try:
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def init_ray(
@@ -62,7 +109,7 @@ def init_ray(
         temp_dir: Ray's session/log directory for a local cluster; a fresh /tmp/ray-XXXX by default.
         **ray_init_kwargs: passed to `ray.init` (e.g. `runtime_env`, `namespace`).
     """
-    global _created_temp_dir
+    global _created_temp_dir, _watchdog
     import ray
 
     if ray.is_initialized():
@@ -72,15 +119,19 @@ def init_ray(
     if address not in (None, "local"):
         ray.init(address=address, **kwargs)
         return True
+    _keep_on_loopback()
+    kwargs.setdefault("_node_ip_address", LOOPBACK)
     for attempt in range(1, _LOCAL_START_ATTEMPTS + 1):
         own_dir = temp_dir is None
         run_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp") if own_dir else temp_dir
+        _watchdog = _start_watchdog(run_dir, remove_dir=own_dir)
         try:
             ray.init(address="local", num_cpus=num_cpus, _temp_dir=run_dir, **kwargs)
             break
         except Exception as error:  # Ray raises a bare Exception when its node misses a 30 s deadline
             ray.shutdown()
             _kill_half_started_node(run_dir)  # ray.shutdown() does not know the failed node's processes
+            _stop_watchdog()
             if own_dir:
                 shutil.rmtree(run_dir, ignore_errors=True)
             if "timed out during startup" not in str(error) or attempt == _LOCAL_START_ATTEMPTS:
@@ -111,6 +162,7 @@ def shutdown_ray(remove_temp_dir: bool = True) -> None:
     import ray
 
     ray.shutdown()
+    _stop_watchdog()  # ends what ray.shutdown() left running (it removes our temp dir too)
     if remove_temp_dir and _created_temp_dir is not None:
         shutil.rmtree(_created_temp_dir, ignore_errors=True)
     _created_temp_dir = None

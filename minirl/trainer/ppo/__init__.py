@@ -1,5 +1,25 @@
-"""The V1 PPO trainer (verl: `verl/trainer/ppo/v1/`)."""
+"""The V1 PPO trainer (verl: `verl/trainer/ppo/v1/`): `trainer_base.PPOTrainer` and its three modes,
+`trainer_sync.PPOTrainerSync`, `trainer_colocate_async.PPOTrainerColocateAsync` and
+`trainer_separate_async.PPOTrainerSeparateAsync`, registered by `trainer.v1.trainer_mode`.
 
-from minirl.trainer.ppo.trainer import PPOTrainer, PPOTrainerSync, get_trainer_cls, register_trainer
+The trainer classes are imported on first use, so that `minirl.trainer.ppo.utils` (read by the config
+checks) does not pull in torch.
+"""
 
-__all__ = ["PPOTrainer", "PPOTrainerSync", "get_trainer_cls", "register_trainer"]
+import importlib
+
+_LAZY = {"PPOTrainer": "trainer_base", "register_trainer": "trainer_base", "get_trainer_cls": "trainer_base",
+         "PPOTrainerSync": "trainer_sync", "PPOTrainerColocateAsync": "trainer_colocate_async",
+         "PPOTrainerSeparateAsync": "trainer_separate_async"}
+_TRAINER_MODULES = ("trainer_sync", "trainer_colocate_async", "trainer_separate_async")
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        if name == "get_trainer_cls":  # the registry is filled by importing every trainer module
+            for module in _TRAINER_MODULES:
+                importlib.import_module(f"minirl.trainer.ppo.{module}")
+        return getattr(importlib.import_module(f"minirl.trainer.ppo.{_LAZY[name]}"), name)
+    raise AttributeError(f"module 'minirl.trainer.ppo' has no attribute {name!r}")

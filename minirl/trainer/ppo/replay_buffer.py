@@ -3,17 +3,18 @@
 verl: `ReplayBuffer` (`verl/trainer/ppo/v1/replay_buffer.py:63`). The trainer never asks the rollout
 for "the batch": prompts and trajectories go into the TransferQueue (`minirl.transfer_queue`), and
 `ReplayBuffer.sample` (`verl/trainer/ppo/v1/replay_buffer.py:405`) reads only the *tags* to decide
-which trajectories form the next batch, returning their keys as a `BatchMeta`.
+which trajectories form the next batch, returning their keys as a `KVBatchMeta`.
 
 What is stored, and under which key (verl's "[Trajectories storage format]"):
 
 | key | tag | fields |
 |---|---|---|
 | `{uid}` (one per prompt) | `is_prompt: True`, `status`, `global_steps` (the step that sampled the prompt) | none in sync mode |
-| `{uid}_{session}_{index}` (one per trajectory) | `uid`, `session_id`, `status`, `min_global_steps`, `max_global_steps` (the policy versions that sampled it), `is_padding`, `seq_len` | `prompts`, `responses`, `response_mask`, `rollout_log_probs`, dataset fields ... |
+| `{uid}_{session}_{index}` (one per trajectory, written by `AgentLoopWorkerTQ`) | `status: success`, `prompt_len`, `response_len`, `seq_len`, `global_steps`, `min_global_steps`, `max_global_steps` (the policy versions that sampled it) | `prompts`, `responses`, `response_mask`, `rollout_log_probs`, `num_turns`, `uid`, `session_id`, dataset fields ... |
 
 A prompt's `status` goes `pending` (sampled from the dataset) -> `running` (its `rollout.n`
-sessions started) -> `finished` (all sessions done) or `failure` (all done, one failed). Only
+sessions started) -> `finished` (all sessions done) or `failure` (all done, one failed, with the
+error in the tag). The trainer writes `pending`, the agent-loop worker the rest. Only
 terminal groups (finished or failure) can be sampled, so a GRPO group is never split between two
 batches: the group-relative advantage needs all `n` of them.
 
@@ -25,43 +26,42 @@ batches: the group-relative advantage needs all `n` of them.
 3. take `batch_size` of them, clear their prompt keys, and return the keys and tags of their
    trajectories in the order they were written (`_materialize_batch`, verl `:377`).
 
-What minirl leaves out: polling (verl sleeps `poll_interval` and re-reads until enough groups are
-terminal; minirl's sync rollout has finished before `sample` is called, so too few groups is an
-error), the async subclass with staleness eviction (`ReplayBufferAsync`,
-`verl/trainer/ppo/v1/replay_buffer.py:497`), DAPO group filtering with refill, and custom samplers.
+`ReplayBufferAsync` (`verl/trainer/ppo/v1/replay_buffer.py:497`), the async trainers' buffer, polls
+instead: generation runs in the background, so `sample` re-reads the tags until `batch_size` groups are
+terminal, and controls staleness. A prompt fetched at step $g$ and trained at step $k$ *spans*
+$k-g+1$ steps (1: fetched this step); `max_off_policy_threshold` bounds it, by
+`max_off_policy_strategy`:
+
+- `drop`: a finished group that spans more than the threshold is evicted (its prompt and
+  trajectories cleared) and exactly as many new prompts are put up (`refill_fn(k)`); groups still
+  running are left to finish (and are evicted then, if still too old);
+- `wait` (dropless): nothing is evicted, but sampling blocks while any pending or running prompt has
+  reached the threshold, so it finishes and is trained on within the bound.
+
+Failed groups are evicted and refilled in both (verl's "evict k, refill k" for every async path).
+Every eviction is counted in verl's metrics: `training/off_policy/evicted_samples` and
+`training/off_policy/evicted_samples_staleness/{mean,max,min}` (the evicted groups' spans),
+`training/rollout_failure/evicted_samples`.
+
+What minirl leaves out: polling in sync mode (minirl's sync rollout has finished before `sample` is
+called, so too few groups is an error), DAPO group filtering with refill, and custom samplers. The
+async poll interval is 5 ms (verl: 2 s; a minirl step takes about a second).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
-from minirl.transfer_queue import BatchMeta, TransferQueue
+import numpy as np
 
-PROMPT_STATUSES = ("pending", "running", "finished", "failure")
-TERMINAL_STATUSES = ("finished", "failure")
-
-
-def trajectory_key(uid: str, session_id: int, index: int = 0) -> str:
-    """`{uid}_{session_id}_{index}`: index counts the outputs of one session (1 for single-turn)."""
-    return f"{uid}_{int(session_id)}_{int(index)}"
-
-
-def uid_of(key: str) -> str:
-    """The prompt uid a trajectory key belongs to (uids are uuid4 strings: no underscores)."""
-    return key.split("_")[0]
+from minirl.transfer_queue import PROMPT_STATUSES, KVBatchMeta, TransferQueue, uid_of
 
 
 def submit_prompts(tq: TransferQueue, uids: Sequence[str], global_steps: int, partition_id: str = "train") -> None:
-    """Register prompts as `pending` (verl: `PPOTrainer._submit_batch_to_rollout`, `verl/trainer/ppo/v1/trainer_base.py:1391`)."""
+    """Register prompts as `pending`, tag-only (verl: `PPOTrainer._submit_batch_to_rollout`, `verl/trainer/ppo/v1/trainer_base.py:1391`)."""
     tags = [{"is_prompt": True, "status": "pending", "global_steps": int(global_steps)} for _ in uids]
     tq.kv_batch_put(list(uids), partition_id=partition_id, tags=tags)
-
-
-def set_prompt_status(tq: TransferQueue, uids: Sequence[str], status: str, partition_id: str = "train") -> None:
-    """Move prompts to `status` (verl's agent-loop workers do this as their sessions start and end)."""
-    if status not in PROMPT_STATUSES:
-        raise ValueError(f"prompt status {status!r} is not one of {PROMPT_STATUSES}.")
-    tq.kv_batch_put(list(uids), partition_id=partition_id, tags=[{"status": status} for _ in uids])
 
 
 class ReplayBuffer:
@@ -73,9 +73,9 @@ class ReplayBuffer:
     """
 
     def __init__(self, tq: TransferQueue, trainer_mode: str = "sync") -> None:
-        if trainer_mode != "sync":
-            raise ValueError(f"ReplayBuffer(trainer_mode={trainer_mode!r}): minirl implements the sync buffer only "
-                             "(verl: ReplayBufferAsync for colocate_async / separate_async).")
+        if trainer_mode != "sync" and type(self) is ReplayBuffer:
+            raise ValueError(f"ReplayBuffer(trainer_mode={trainer_mode!r}) is the sync buffer only; the async trainers "
+                             "use ReplayBufferAsync (verl picks the class by trainer_mode the same way).")
         self.tq = tq
         self.trainer_mode = trainer_mode
 
@@ -95,8 +95,8 @@ class ReplayBuffer:
                 trajectories[key] = tag
         return prompts, prompt_global_steps, trajectories
 
-    def sample(self, global_steps: int, batch_size: int, partition_id: str = "train") -> tuple[BatchMeta, dict]:
-        """The trajectories of `batch_size` terminal prompt groups, as a `BatchMeta`; plus metrics (none in sync).
+    def sample(self, global_steps: int, batch_size: int, partition_id: str = "train") -> tuple[KVBatchMeta, dict]:
+        """The trajectories of `batch_size` terminal prompt groups, as a `KVBatchMeta`; plus metrics (none in sync).
 
         `global_steps` is the current step (verl uses it to measure staleness in async mode).
         """
@@ -109,9 +109,16 @@ class ReplayBuffer:
                 f"prompt groups are finished in partition {partition_id!r} (prompts by status: {counts}). In sync "
                 "mode the rollout must finish every group before sampling (verl's buffer would poll and wait).")
         selected = sorted(terminal, key=lambda uid: prompt_global_steps[uid])[:batch_size]  # stable: write order
+        failed = [uid for uid in selected if uid in prompts["failure"]]
+        if failed:
+            error = self.tq.kv_list(partition_id)[partition_id][failed[0]].get("error", "unknown error")
+            raise RuntimeError(
+                f"ReplayBuffer.sample: {len(failed)} prompt group(s) failed during rollout, e.g. uid {failed[0]}: "
+                f"{error}. verl would train on the surviving trajectories (or refill the group with "
+                "trainer.v1.sampler.sync_refill_failed_groups=True); minirl stops so the error is not lost.")
         return self._materialize_batch(partition_id, selected, trajectories), {}
 
-    def _materialize_batch(self, partition_id: str, selected_uids: list[str], trajectories: dict) -> BatchMeta:
+    def _materialize_batch(self, partition_id: str, selected_uids: list[str], trajectories: dict) -> KVBatchMeta:
         """Clear the selected prompt keys; return their trajectories' keys and tags in write order."""
         self.tq.kv_clear(selected_uids, partition_id=partition_id)
         chosen = set(selected_uids)
@@ -119,4 +126,162 @@ class ReplayBuffer:
         if partition_id != "val" and not keys:
             raise RuntimeError(f"ReplayBuffer: the selected groups {selected_uids[:3]}... have no trajectories in "
                                f"partition {partition_id!r}; were they written under '{{uid}}_{{session}}_{{index}}' keys?")
-        return BatchMeta(keys, [dict(trajectories[k]) for k in keys], partition_id)
+        return KVBatchMeta(keys, [dict(trajectories[k]) for k in keys], partition_id)
+
+
+class ReplayBufferAsync(ReplayBuffer):
+    """The async trainers' buffer: polls, evicts stale or failed groups, refills, or waits.
+
+    Args:
+        tq: the store the background rollout writes into.
+        trainer_mode: colocate_async | separate_async.
+        max_off_policy_threshold: the most steps a group may span from fetch to training (>= 1).
+        max_off_policy_strategy: drop | wait.
+        refill_fn: `refill_fn(k)` puts `k` new prompts up for generation (the trainer's
+            `_add_prompts_to_generate`); None evicts without refilling.
+        poll_interval: seconds between two reads of the tags while waiting.
+        check_fn: called at every poll; it raises if the background generation failed, so a crashed
+            rollout ends the wait with its error instead of a hang.
+        timeout_s: give up waiting after this long, naming the groups by status.
+
+    Mirrors `ReplayBufferAsync` (`verl/trainer/ppo/v1/replay_buffer.py:497`): `_stale_terminal_keys`,
+    `_has_enough_samples`, `get_sampleable_count`, `wait_for_sampleable`, `sample`.
+    """
+
+    def __init__(self, tq: TransferQueue, trainer_mode: str = "separate_async", max_off_policy_threshold: int = 8,
+                 max_off_policy_strategy: str = "drop", refill_fn: Callable[[int], int] | None = None,
+                 poll_interval: float = 0.005, check_fn: Callable[[], None] | None = None,
+                 timeout_s: float = 600.0) -> None:
+        super().__init__(tq, trainer_mode)
+        if isinstance(max_off_policy_threshold, bool) or not isinstance(max_off_policy_threshold, int) \
+                or max_off_policy_threshold < 1:
+            raise ValueError(f"max_off_policy_threshold={max_off_policy_threshold!r} must be an integer >= 1 (verl "
+                             "asserts > 0). Fix: trainer.v1.sampler.max_off_policy_threshold=1 or more.")
+        if max_off_policy_strategy not in ("drop", "wait"):
+            raise ValueError(f"max_off_policy_strategy={max_off_policy_strategy!r}. Fix: drop or wait.")
+        self.max_off_policy_threshold = max_off_policy_threshold
+        self.max_off_policy_strategy = max_off_policy_strategy
+        self.refill_fn, self.check_fn = refill_fn, check_fn
+        self.poll_interval, self.timeout_s = float(poll_interval), float(timeout_s)
+        self.last_sample: dict = {}
+        """What the last `sample` did, for the trace: waited_s, blocked_s (held by the wait gate),
+        polls, evicted (uid, fetch step, span, reason) and refilled prompts."""
+
+    # ------------------------------------------------------------------------------ decisions
+    def span(self, global_steps: int, fetched_at: int) -> int:
+        """Steps a group fetched at `fetched_at` spans when trained at `global_steps` (1: fetched this step)."""
+        return int(global_steps) - int(fetched_at) + 1
+
+    def _stale_terminal_keys(self, global_steps: int, partition_id: str, prompts: dict, fetched: dict) -> list[str]:
+        """Finished groups that span more than the threshold (drop strategy, training partition only)."""
+        if partition_id == "val" or self.max_off_policy_strategy != "drop":
+            return []
+        return [uid for uid in prompts["finished"]
+                if self.span(global_steps, fetched.get(uid, global_steps)) > self.max_off_policy_threshold]
+
+    def _eviction_reasons(self, global_steps: int, partition_id: str, prompts: dict, fetched: dict):
+        if partition_id == "val":
+            return [], []
+        return self._stale_terminal_keys(global_steps, partition_id, prompts, fetched), list(prompts["failure"])
+
+    def _gate_closed(self, global_steps: int, partition_id: str, prompts: dict, fetched: dict) -> bool:
+        """wait strategy: an in-flight prompt has reached the threshold, so sampling must wait for it."""
+        if partition_id == "val" or self.max_off_policy_strategy != "wait":
+            return False
+        return any(self.span(global_steps, fetched[uid]) >= self.max_off_policy_threshold
+                   for uid in prompts["pending"] + prompts["running"])
+
+    def _sampleable(self, prompts: dict, evicted: set) -> list[str]:
+        return [uid for uid in prompts["finished"] + prompts["failure"] if uid not in evicted]
+
+    def get_sampleable_count(self, global_steps: int, partition_id: str = "train") -> int:
+        """How many terminal groups could be sampled now (verl: `get_sampleable_count`)."""
+        prompts, fetched, _ = self._sync_metadata_from_transfer_queue(partition_id)
+        stale, failed = self._eviction_reasons(global_steps, partition_id, prompts, fetched)
+        return len(self._sampleable(prompts, set(stale) | set(failed)))
+
+    # ------------------------------------------------------------------------------ eviction
+    def _clear_groups(self, partition_id: str, uids: set, trajectories: dict) -> None:
+        """Remove prompt groups and their trajectories from the TransferQueue (verl: `_clear_groups`)."""
+        keys = [k for k in trajectories if uid_of(k) in uids]
+        self.tq.kv_clear([*uids, *keys], partition_id=partition_id)
+
+    def _evict(self, global_steps: int, partition_id: str, stale: list, failed: list, fetched: dict,
+               trajectories: dict, metrics: dict) -> int:
+        """Evict stale and failed groups once, add their counts to `metrics`; returns how many."""
+        evicted = set(stale) | set(failed)
+        if not evicted:
+            return 0
+        prefix = "training" if partition_id == "train" else "validation"
+        if stale:
+            spans = np.array([self.span(global_steps, fetched.get(uid, global_steps)) for uid in stale], dtype=float)
+            done = metrics.get(f"{prefix}/off_policy/evicted_samples", 0)
+            key = f"{prefix}/off_policy/evicted_samples_staleness"
+            mean = metrics.get(f"{key}/mean", 0.0)
+            metrics[f"{key}/mean"] = (mean * done + spans.sum()) / (done + len(spans))
+            metrics[f"{key}/max"] = max(metrics.get(f"{key}/max", spans.max()), spans.max())
+            metrics[f"{key}/min"] = min(metrics.get(f"{key}/min", spans.min()), spans.min())
+            metrics[f"{prefix}/off_policy/evicted_samples"] = done + len(stale)
+        if failed:
+            k = f"{prefix}/rollout_failure/evicted_samples"
+            metrics[k] = metrics.get(k, 0) + len(failed)
+            tags = self.tq.kv_list(partition_id)[partition_id]
+            self.last_sample.setdefault("failures", []).extend(tags.get(u, {}).get("error", "?") for u in failed)
+        for uid in evicted:
+            self.last_sample["evicted"].append({"uid": uid, "fetched_at": int(fetched.get(uid, global_steps)),
+                                                "span": self.span(global_steps, fetched.get(uid, global_steps)),
+                                                "reason": "stale" if uid in stale else "failure",
+                                                "t": time.time()})
+        self._clear_groups(partition_id, evicted, trajectories)
+        return len(evicted)
+
+    # ------------------------------------------------------------------------------ waiting
+    def wait_for_sampleable(self, global_steps: int, partition_id: str, target_count: int) -> tuple[list, dict, dict]:
+        """Poll until `target_count` groups are sampleable, evicting and refilling meanwhile.
+
+        Returns the sampleable uids, the eviction metrics and the prompt fetch steps (verl: `wait_for_sampleable`).
+        """
+        metrics: dict = {}
+        t0 = time.perf_counter()
+        deadline = t0 + self.timeout_s
+        self.last_sample = {"evicted": [], "refilled": 0, "polls": 0, "blocked_s": 0.0}
+        while True:
+            if self.check_fn is not None:
+                self.check_fn()
+            prompts, fetched, trajectories = self._sync_metadata_from_transfer_queue(partition_id)
+            stale, failed = self._eviction_reasons(global_steps, partition_id, prompts, fetched)
+            n = self._evict(global_steps, partition_id, stale, failed, fetched, trajectories, metrics)
+            if n:
+                if self.refill_fn is not None:
+                    self.refill_fn(n)
+                    self.last_sample["refilled"] += n
+                continue
+            sampleable = self._sampleable(prompts, set())
+            gate = self._gate_closed(global_steps, partition_id, prompts, fetched)
+            if len(sampleable) >= target_count and not gate:
+                self.last_sample["waited_s"] = time.perf_counter() - t0
+                return sampleable, metrics, fetched
+            if time.perf_counter() > deadline:
+                counts = {s: len(v) for s, v in prompts.items()}
+                held = (" and the wait strategy holds sampling until the in-flight prompts that reached "
+                        f"max_off_policy_threshold={self.max_off_policy_threshold} finish") if gate else ""
+                raise RuntimeError(f"ReplayBufferAsync: {len(sampleable)} of {target_count} groups sampleable after "
+                                   f"{self.timeout_s:.0f} s in partition {partition_id!r}{held} (prompts by status: "
+                                   f"{counts}); is the rollout still generating?")
+            self.last_sample["polls"] += 1
+            if gate and len(sampleable) >= target_count:
+                self.last_sample["blocked_s"] += self.poll_interval
+            time.sleep(self.poll_interval)
+
+    def sample(self, global_steps: int, batch_size: int, partition_id: str = "train") -> tuple[KVBatchMeta, dict]:
+        """`batch_size` groups, oldest fetch step first, once enough are sampleable; plus eviction metrics."""
+        sampleable, metrics, fetched = self.wait_for_sampleable(global_steps, partition_id, batch_size)
+        prompts, _, trajectories = self._sync_metadata_from_transfer_queue(partition_id)
+        order = {uid: i for i, uid in enumerate(prompts["finished"] + prompts["failure"])}
+        selected = sorted(sampleable, key=lambda uid: (fetched.get(uid, 0), order.get(uid, 0)))[:batch_size]
+        if partition_id != "val" and self.max_off_policy_strategy == "drop":
+            spans = [self.span(global_steps, fetched.get(uid, global_steps)) for uid in selected]
+            assert all(s <= self.max_off_policy_threshold for s in spans), (
+                f"drop strategy selected stale prompts: spans={spans}, threshold={self.max_off_policy_threshold}")
+        self.last_sample["selected_spans"] = [self.span(global_steps, fetched.get(u, global_steps)) for u in selected]
+        return self._materialize_batch(partition_id, selected, trajectories), metrics

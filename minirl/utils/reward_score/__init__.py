@@ -15,6 +15,7 @@ public datasets (GSM8K, MATH, code with a sandbox, geometry, search QA); minirl 
 |---|---|
 | `openai/gsm8k` | `gsm8k.compute_score` (verl's, strict `#### `) |
 | `minirl/arithmetic` | `arithmetic.compute_score` (the same GSM8K check) |
+| `minirl/multiply_tool` | `arithmetic.compute_score` (the same check, on the whole multi-turn response) |
 | `minirl/countdown`, `countdown` (TinyZero's name) | `countdown.compute_score` |
 
 For any other dataset, write your own `compute_score` and point `reward.custom_reward_function.path`
@@ -30,6 +31,7 @@ __all__ = ["KNOWN_DATA_SOURCES", "SCORE_FNS", "default_compute_score"]
 SCORE_FNS = {
     "openai/gsm8k": gsm8k.compute_score,
     "minirl/arithmetic": arithmetic.compute_score,
+    "minirl/multiply_tool": arithmetic.compute_score,  # the same `#### <answer>` check, tool or not
     "minirl/countdown": countdown.compute_score,
     "countdown": countdown.compute_score,
 }

@@ -1,19 +1,29 @@
 """Training engines: the part of a worker that runs forward, backward and optimizer steps.
 
 Mirrors `verl/workers/engine/`. `BaseEngine` is the interface, `EngineRegistry` picks an engine by
-`(model_type, backend, device)`, and the FSDP2 engine (`FSDPEngineWithLMHead` for actor/reference,
-`FSDPEngineWithValueHead` for the critic) is the one implementation minirl ships; verl also has
-Megatron, VeOmni, TorchTitan and Automodel engines behind the same interface.
+`(model_type, backend, device)`, and minirl ships two backends behind it:
 
-Importing this package registers the FSDP engines:
+- `fsdp` / `fsdp2`: the FSDP2 engine (`FSDPEngineWithLMHead` for actor/reference,
+  `FSDPEngineWithValueHead` for the critic), every rank one data-parallel shard;
+- `torchtitan`: tensor parallelism (DTensor) x FSDP2 on a 2-D `(dp_shard, tp)` mesh
+  (`TorchTitanEngineWithLMHead`, `TorchTitanEngineWithValueHead`), selected by `model_engine=torchtitan`.
+
+verl also has Megatron, VeOmni and Automodel engines behind the same interface.
+Importing this package registers the engines:
 
 ```python
 from minirl.workers.engine import EngineRegistry
-engine = EngineRegistry.new("language_model", "fsdp", model_config, engine_config, optimizer_config)
+engine = EngineRegistry.new("language_model", "torchtitan", model_config, engine_config, optimizer_config)
 ```
 """
 
 from minirl.workers.engine.base import BaseEngine, EngineRegistry
 from minirl.workers.engine.fsdp_engine import FSDPEngine, FSDPEngineWithLMHead, FSDPEngineWithValueHead
+from minirl.workers.engine.torchtitan_engine import (
+    TorchTitanEngine,
+    TorchTitanEngineWithLMHead,
+    TorchTitanEngineWithValueHead,
+)
 
-__all__ = ["BaseEngine", "EngineRegistry", "FSDPEngine", "FSDPEngineWithLMHead", "FSDPEngineWithValueHead"]
+__all__ = ["BaseEngine", "EngineRegistry", "FSDPEngine", "FSDPEngineWithLMHead", "FSDPEngineWithValueHead",
+           "TorchTitanEngine", "TorchTitanEngineWithLMHead", "TorchTitanEngineWithValueHead"]

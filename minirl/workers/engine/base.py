@@ -10,6 +10,11 @@ Mirrors `verl/workers/engine/base.py`: `BaseEngine` (`verl/workers/engine/base.p
 `BaseEngine.train_batch` (`verl/workers/engine/base.py:113`) and `BaseEngine.infer_batch`
 (`verl/workers/engine/base.py:134`).
 
+Inside a traced worker call (`minirl.trace.worker_trace`), `train_batch` and `infer_batch` note one
+engine pass each: the micro-batches `forward_backward_batch` cut and the collectives each phase ran,
+which is how the per-rank trace shows what a layout does; `layout()` reports the mesh and the
+parameter shards. Outside a traced call both cost nothing.
+
 What minirl simplifies:
 
 - inputs are a `minirl.protocol.DataProto` of padded `[batch, seq]` tensors; verl's new engines take
@@ -31,7 +36,8 @@ from typing import Any, ClassVar
 import torch
 import torch.distributed as dist
 
-from minirl.workers.engine.utils import aggregate_metrics, get_device_name
+from minirl.trace.worker_trace import engine_pass, phase
+from minirl.workers.engine.utils import aggregate_metrics, get_device_name, parameter_layout
 
 __all__ = ["BaseEngine", "EngineRegistry"]
 
@@ -110,9 +116,12 @@ class BaseEngine:
                 "engine_config.forward_only=True (a reference model). Use infer_batch, or build the "
                 "engine with forward_only=False."
             )
-        self.optimizer_zero_grad()
-        outputs = self.forward_backward_batch(data, loss_function, forward_only=False)
-        grad_norm = self.optimizer_step()
+        with engine_pass("train") as note:  # recorded when this runs inside a traced worker call
+            self.optimizer_zero_grad()
+            with phase(note, "forward_backward"):
+                outputs = self.forward_backward_batch(data, loss_function, forward_only=False)
+            with phase(note, "optimizer_step"):
+                grad_norm = self.optimizer_step()
         local_loss = sum(out["loss"] for out in outputs)
         metrics = aggregate_metrics([out["metrics"] for out in outputs])
         metrics.update(
@@ -129,7 +138,7 @@ class BaseEngine:
         Returns `{"log_probs": [B, R]}` (plus `"entropy"` when `meta_info["calculate_entropy"]`)
         for an LM head, `{"values": [B, R]}` for a value head.
         """
-        with torch.no_grad():
+        with engine_pass("infer") as note, phase(note, "forward"), torch.no_grad():
             outputs = self.forward_backward_batch(data, loss_function=None, forward_only=True)
         keys = outputs[0]["model_output"].keys()
         return {key: torch.cat([out["model_output"][key] for out in outputs], dim=0) for key in keys}
@@ -154,6 +163,22 @@ class BaseEngine:
     def is_mp_src_rank_with_outputs(self) -> bool:
         """Whether this rank returns outputs; always True without model parallelism (verl: TP/PP/SP)."""
         return True
+
+    def layout(self) -> dict:
+        """Where this rank sits and what it holds: device mesh, coordinates, data-parallel rank, shards.
+
+        minirl only (verl has no such call); the worker records it in the trace after `initialize`, so
+        chapter 07 reads every rank's parameter shard shapes from a run.
+        """
+        mesh = getattr(self, "device_mesh", None)
+        names = list(mesh.mesh_dim_names or ()) if mesh is not None else []
+        coords = mesh.get_coordinate() if mesh is not None else None
+        return {"engine": type(self).__name__, "forward_only": bool(getattr(self, "forward_only", False)),
+                "mesh": {n: int(mesh.size(i)) for i, n in enumerate(names)},
+                "coords": {n: int(coords[i]) for i, n in enumerate(names)} if coords is not None else {},
+                "dp_rank": self.get_data_parallel_rank(), "dp_size": self.get_data_parallel_size(),
+                "is_collect": self.is_mp_src_rank_with_outputs(),
+                "params": parameter_layout(self.module) if getattr(self, "module", None) is not None else {}}
 
     def to(self, device: str, model: bool = True, optimizer: bool = True, grad: bool = True) -> None:
         """Move the model and/or optimizer states to `device` (verl uses this to offload between steps)."""

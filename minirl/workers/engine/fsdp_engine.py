@@ -26,8 +26,9 @@ What minirl simplifies (verl does instead):
 
 - always FSDP2 (`fully_shard`), also when `strategy="fsdp"`; verl's `"fsdp"` means the FSDP1
   wrapper, which misbehaves on CPU (per-rank grad norms, crashes in full state dicts);
-- padded `[batch, seq]` inputs and a plain HF forward; verl removes padding (nested tensors,
-  flash-attn varlen) and supports Ulysses sequence parallelism;
+- padded `[batch, seq]` inputs (only the prompts' common left padding is trimmed, see
+  `minirl.workers.engine.forward_layout`) and a plain HF forward; verl removes all padding (packed
+  sequences, flash-attn varlen) and supports Ulysses sequence parallelism;
 - fp32 by default; verl defaults to bf16 parameters (fp32 master weights for training);
 - checkpoints are `torch.distributed.checkpoint` (sharded) state dicts for model and optimizer
   plus one small file per rank (LR schedule, RNG); verl's `FSDPCheckpointManager`
@@ -40,25 +41,31 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from minirl.workers.engine.base import BaseEngine, EngineRegistry
-from minirl.workers.engine.utils import (
-    cfg_get,
+from minirl.trace.worker_trace import note_micro_batches
+from minirl.utils.config import cfg_get
+from minirl.utils.torch_functional import (
+    calculate_sum_pi_squared_from_logits,
     entropy_from_logits,
+    logprobs_from_logits,
+)
+from minirl.workers.engine.base import BaseEngine, EngineRegistry
+from minirl.workers.engine.forward_layout import model_forward
+from minirl.workers.engine.utils import (
     get_constant_schedule_with_warmup,
     get_cosine_schedule_with_warmup,
     get_device_name,
-    logprobs_from_logits,
+    get_rng_state,
     prepare_micro_batches,
+    quiet_single_process_dcp,
+    set_rng_state,
     to_torch_dtype,
 )
 
@@ -77,13 +84,16 @@ class FSDPEngine(BaseEngine):
         engine_config: `.strategy` (`"fsdp"`/`"fsdp2"`), `.forward_only` (a reference model: no
             optimizer), `.seed`, `.reshard_after_forward` (default True), `.param_dtype` or
             `.mixed_precision.{param_dtype, reduce_dtype}` (default: everything fp32), `.device`
-            (default: `"cuda"` if visible, else `"cpu"`).
+            (default: `"cuda"` if visible, else `"cpu"`), `.use_prefix_grouper` (run each distinct
+            prompt of a micro-batch once: `minirl.workers.engine.forward_layout`).
         optimizer_config: verl's `optim` keys: `lr`, `weight_decay`, `betas`, `clip_grad`,
             `lr_warmup_steps`, `lr_warmup_steps_ratio`, `total_training_steps`,
             `lr_scheduler_type` (`"constant"` | `"cosine"`), `min_lr_ratio`, `num_cycles`,
             `override_optimizer_config` (extra AdamW keyword arguments, e.g. `{"eps": 1e-6}`).
         checkpoint_config: kept for verl's signature; unused (verl: what to save and load).
     """
+
+    STRATEGIES = ("fsdp", "fsdp2")  # the `strategy` values this engine runs
 
     def __init__(self, model_config, engine_config, optimizer_config, checkpoint_config=None):
         super().__init__()
@@ -94,9 +104,13 @@ class FSDPEngine(BaseEngine):
         self.mode = None  # "train" | "eval" | None, set by the mode context managers
 
         strategy = cfg_get(engine_config, "strategy", "fsdp")
-        if strategy not in ("fsdp", "fsdp2"):
-            raise ValueError(f"FSDPEngine runs strategy 'fsdp' or 'fsdp2', got strategy={strategy!r}.")
+        if strategy not in self.STRATEGIES:
+            raise ValueError(f"{type(self).__name__} runs strategy {' or '.join(map(repr, self.STRATEGIES))}, "
+                             f"got strategy={strategy!r}.")
         self.forward_only = bool(cfg_get(engine_config, "forward_only", False))
+        # verl: actor.use_prefix_grouper; a KV cache cannot be used with gradient checkpointing
+        self._share_prefix = bool(cfg_get(engine_config, "use_prefix_grouper", False)) and not bool(
+            cfg_get(model_config, "enable_gradient_checkpointing", False))
 
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size() if distributed else 1
@@ -285,6 +299,7 @@ class FSDPEngine(BaseEngine):
         micro_batches = prepare_micro_batches(data, data.meta_info.get("micro_batch_size"))
         self._check_same_micro_batch_count(len(micro_batches))
         global_info = self._global_batch_info(data)
+        note_micro_batches(micro_batches, global_info, dp_rank=self.get_data_parallel_rank())
 
         outputs = []
         for index, micro_batch in enumerate(micro_batches):
@@ -305,20 +320,20 @@ class FSDPEngine(BaseEngine):
         has_mask = "response_mask" in set(batch.keys())  # (TensorDict refuses `key in td`)
         num_tokens = batch["response_mask"].sum() if has_mask else torch.tensor(0)
         counts = torch.stack([num_tokens.to(torch.int64).cpu(), torch.tensor(len(data), dtype=torch.int64)])
-        if self.world_size > 1:
+        if self.get_data_parallel_size() > 1:
             counts = counts.to(self.device)
             dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.get_data_parallel_group())
         return {
-            "dp_size": self.world_size,
+            "dp_size": self.get_data_parallel_size(),
             "batch_num_tokens": int(counts[0].item()),
             "global_batch_size": int(counts[1].item()),
         }
 
     def _check_same_micro_batch_count(self, num_micro_batches: int) -> None:
         """FSDP ranks must run the same number of forwards, or the collectives hang: check first."""
-        if self.world_size <= 1:
+        if self.get_data_parallel_size() <= 1:
             return
-        counts = [None] * self.world_size
+        counts = [None] * self.get_data_parallel_size()
         dist.all_gather_object(counts, num_micro_batches, group=self.get_data_parallel_group())
         if len(set(counts)) > 1:
             raise ValueError(
@@ -349,26 +364,17 @@ class FSDPEngine(BaseEngine):
         micro_batch.batch = micro_batch.batch.to(self.device)
         batch = micro_batch.batch
         present = set(batch.keys())
-        missing = [
-            k for k in ("input_ids", "attention_mask", "position_ids", "responses") if k not in present
-        ]
+        missing = [k for k in ("input_ids", "attention_mask", "position_ids", "responses") if k not in present]
         if missing:
             raise KeyError(
                 f"The batch is missing {missing}; the engine needs input_ids, attention_mask, position_ids "
                 f"(each [B, prompt+response]) and responses ([B, response]). It has {sorted(batch.keys())}."
             )
-        autocast = (
-            nullcontext()
-            if self.param_dtype == torch.float32
-            else torch.autocast(device_type=self.device.type, dtype=self.param_dtype)
-        )
-        with autocast:
-            raw_output = self.module(
-                input_ids=batch["input_ids"],
-                attention_mask=batch["attention_mask"],
-                position_ids=batch["position_ids"],
-                use_cache=False,  # training/scoring, not generation
-            )
+        fp32 = self.param_dtype == torch.float32
+        with nullcontext() if fp32 else torch.autocast(device_type=self.device.type, dtype=self.param_dtype):
+            # common left padding trimmed, LM head on the R + 1 scored positions only, shared prompts run once
+            raw_output = model_forward(self.module, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
+                                       batch["responses"].shape[-1], share_prefix=self._share_prefix)
             model_output = self.prepare_model_outputs(raw_output, micro_batch)
             if loss_function is not None:
                 loss, metrics = loss_function(model_output, micro_batch)
@@ -392,7 +398,9 @@ class FSDPEngine(BaseEngine):
         """Clip the global grad norm to `clip_grad`, step AdamW, return the norm *before* clipping.
 
         A non-finite norm (inf/nan from an overflow or a bad batch) skips the update and clears the
-        gradients, as verl does; the returned norm shows it.
+        gradients, as verl does (`FSDPEngine.optimizer_step`, `verl/workers/engine/fsdp/transformer_impl.py:764`);
+        the returned norm shows it, and `skipped_optimizer_steps` counts it (minirl only: the worker
+        reports steps applied and steps skipped, the trainer stops or goes on per `trainer.nonfinite`).
         """
         max_norm = cfg_get(self.optimizer_config, "clip_grad", None)
         if max_norm is None:
@@ -405,6 +413,7 @@ class FSDPEngine(BaseEngine):
         if not torch.isfinite(grad_norm):
             logger.warning("grad_norm is not finite (%s): skipping this optimizer step.", grad_norm.item())
             self.optimizer.zero_grad(set_to_none=True)
+            self.skipped_optimizer_steps = getattr(self, "skipped_optimizer_steps", 0) + 1
         else:
             self.optimizer.step()
         return grad_norm.item()
@@ -459,13 +468,13 @@ class FSDPEngine(BaseEngine):
         import torch.distributed.checkpoint as dcp
 
         os.makedirs(local_path, exist_ok=True)
-        with _quiet_single_process_dcp():
+        with quiet_single_process_dcp():
             dcp.save(
                 self._checkpoint_state(), checkpoint_id=local_path, no_dist=not self._has_process_group()
             )
         extra_state = {
             "lr_scheduler": None if self.lr_scheduler is None else self.lr_scheduler.state_dict(),
-            "rng": _get_rng_state(),
+            "rng": get_rng_state(),
             "global_step": int(global_step),
         }
         torch.save(extra_state, self._extra_state_path(local_path))
@@ -480,7 +489,7 @@ class FSDPEngine(BaseEngine):
         if not os.path.isdir(local_path):
             raise FileNotFoundError(f"No checkpoint directory at {local_path!r}.")
         state = self._checkpoint_state()
-        with _quiet_single_process_dcp():  # dcp.load fills the tensors of `state` in place
+        with quiet_single_process_dcp():  # dcp.load fills the tensors of `state` in place
             dcp.load(state, checkpoint_id=local_path, no_dist=not self._has_process_group())
         set_model_state_dict(self.module, state["model"])
         if self.optimizer is not None:
@@ -494,7 +503,7 @@ class FSDPEngine(BaseEngine):
         extra_state = torch.load(extra_path, weights_only=False)
         if self.lr_scheduler is not None and extra_state["lr_scheduler"] is not None:
             self.lr_scheduler.load_state_dict(extra_state["lr_scheduler"])
-        _set_rng_state(extra_state["rng"])
+        set_rng_state(extra_state["rng"])
         if self.world_size > 1:
             dist.barrier()
 
@@ -513,29 +522,6 @@ class FSDPEngine(BaseEngine):
 
     def _extra_state_path(self, local_path: str) -> str:
         return os.path.join(local_path, f"extra_state_world_size_{self.world_size}_rank_{self.rank}.pt")
-
-
-@contextmanager
-def _quiet_single_process_dcp():
-    """Silence DCP's "assuming the intent is to save in a single process" warning: that is our intent."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process")
-        yield
-
-
-def _get_rng_state() -> dict:
-    state = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state()
-    return state
-
-
-def _set_rng_state(state: dict) -> None:
-    torch.set_rng_state(state["cpu"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["random"])
-    if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state(state["cuda"])
 
 
 # ====================================================================== the two heads
@@ -572,6 +558,10 @@ class FSDPEngineWithLMHead(FSDPEngine):
         model_output = {"log_probs": logprobs_from_logits(logits, responses)}
         if micro_batch.meta_info.get("calculate_entropy", False):
             model_output["entropy"] = entropy_from_logits(logits)
+        if micro_batch.meta_info.get("calculate_sum_pi_squared", False):
+            # for the optimal-token-baseline estimators; verl computes it here too, from the same
+            # temperature-scaled logits (verl/workers/engine/fsdp/transformer_impl.py:1308)
+            model_output["sum_pi_squared"] = calculate_sum_pi_squared_from_logits(logits)
         return model_output
 
 

@@ -1,55 +1,44 @@
-"""Small helpers for the training engine: config access, dtypes, LR schedules, micro-batching, log-probs.
+"""Small helpers for the training engine: devices, dtypes, LR schedules, micro-batching, shards, RNG, metrics.
 
-Mirrors pieces of three verl files:
+Mirrors pieces of two verl files:
 
 - the LR schedules of `verl/utils/torch_functional.py`: `get_constant_schedule_with_warmup`
   (`verl/utils/torch_functional.py:768`) and `get_cosine_schedule_with_warmup`
   (`verl/utils/torch_functional.py:712`);
-- `logprobs_from_logits` (`verl/utils/torch_functional.py:73`) and `entropy_from_logits`
-  (`verl/utils/torch_functional.py:231`), the two formulas every LM-head engine applies to logits;
 - `prepare_micro_batches` (`verl/workers/engine/utils.py:92`), which cuts a rank's mini-batch into
   the micro-batches that are run one after another with gradient accumulation.
 
 Simplifications: micro-batches have a fixed number of sequences (verl can also pack them by a token
-budget, `use_dynamic_bsz`, and then restores the original order afterwards); log-probs are plain
-`log_softmax` + `gather` (verl can use flash-attn's fused cross-entropy or a chunked entropy).
+budget, `use_dynamic_bsz`, and then restores the original order afterwards). Log-probs and entropy
+from logits live in `minirl.utils.torch_functional`, config reads in `minirl.utils.config`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any
+import random
+import warnings
+from contextlib import contextmanager
 
+import numpy as np
 import torch
 from torch.optim.lr_scheduler import LambdaLR
 
 __all__ = [
     "aggregate_metrics",
-    "cfg_get",
-    "entropy_from_logits",
     "get_constant_schedule_with_warmup",
     "get_cosine_schedule_with_warmup",
     "get_device_name",
-    "logprobs_from_logits",
+    "get_rng_state",
+    "parameter_layout",
     "prepare_micro_batches",
+    "quiet_single_process_dcp",
+    "set_rng_state",
     "to_torch_dtype",
 ]
 
 
 # ----------------------------------------------------------------------------- config and devices
-
-
-def cfg_get(cfg: Any, key: str, default: Any = None) -> Any:
-    """Read `key` from a config that may be an OmegaConf DictConfig, a plain dict, a dataclass or None.
-
-    Missing keys (and a missing config) give `default`, so optional settings need no schema.
-    """
-    if cfg is None:
-        return default
-    if isinstance(cfg, Mapping):  # dict and OmegaConf DictConfig
-        return cfg.get(key, default)
-    return getattr(cfg, key, default)
 
 
 def get_device_name() -> str:
@@ -161,20 +150,47 @@ def prepare_micro_batches(data, micro_batch_size: int) -> list:
     return data.split(micro_batch_size)
 
 
-# ----------------------------------------------------------------------------- log-probs and entropy
+def parameter_layout(module) -> dict:
+    """`{name: {"local", "global", "placements"}}`: the shard of every parameter this rank holds.
+
+    A DTensor parameter (FSDP2 and/or tensor parallel) reports its local shard and its placements
+    on the device mesh (`Shard(dim=0)`: rows split over that mesh dimension); a plain one is whole.
+    """
+    out = {}
+    for name, p in module.named_parameters():
+        local = p.to_local() if hasattr(p, "to_local") else p
+        placements = getattr(p, "placements", None)
+        out[name] = {"local": list(local.shape), "global": list(p.shape),
+                     "placements": "-" if placements is None else ",".join(str(x) for x in placements)}
+    return out
 
 
-def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    r"""$\log \pi(y_t)$ = `log_softmax(logits)[..., labels]`: logits `[..., V]`, labels `[...]` -> `[...]`."""
-    log_probs = torch.log_softmax(logits.float(), dim=-1)
-    return log_probs.gather(dim=-1, index=labels.unsqueeze(-1)).squeeze(-1)
+# ----------------------------------------------------------------------------- checkpoints
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    r"""Softmax entropy $H = \log\sum_v e^{z_v} - \sum_v p_v z_v$: logits `[..., V]` -> `[...]`."""
-    logits = logits.float()
-    probs = torch.softmax(logits, dim=-1)
-    return torch.logsumexp(logits, dim=-1) - (probs * logits).sum(dim=-1)
+@contextmanager
+def quiet_single_process_dcp():
+    """Silence DCP's "assuming the intent is to save in a single process" warning: that is our intent."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to .* in a single process")
+        yield
+
+
+def get_rng_state() -> dict:
+    """The CPU (and CUDA), numpy and Python RNG states, for a checkpoint's per-rank extra state."""
+    state = {"cpu": torch.get_rng_state(), "numpy": np.random.get_state(), "random": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def set_rng_state(state: dict) -> None:
+    """Restore what `get_rng_state` returned."""
+    torch.set_rng_state(state["cpu"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["random"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
 
 
 # ----------------------------------------------------------------------------- metrics

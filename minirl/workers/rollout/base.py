@@ -32,6 +32,7 @@ What minirl simplifies:
 from __future__ import annotations
 
 import importlib
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,25 +40,15 @@ from typing import Any, Literal
 
 import torch
 
+from minirl.utils.config import cfg_get
+
 __all__ = [
     "BaseRollout",
     "SamplingParams",
     "TokenOutput",
-    "config_get",
     "get_rollout_class",
     "register_rollout",
 ]
-
-
-def config_get(config: Any, key: str, default: Any = None) -> Any:
-    """Read `key` from a dict, an OmegaConf `DictConfig`, a dataclass or `None` (then `default`)."""
-    if config is None:
-        return default
-    if hasattr(config, "get") and not isinstance(config, type):
-        value = config.get(key, default)
-    else:
-        value = getattr(config, key, default)
-    return default if value is None and default is not None else value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -135,19 +126,19 @@ class SamplingParams:
         `verl/workers/config/rollout.py:39`) replace the sampling ones, greedy by default.
         `n` is not read: the agent loop makes `n` sessions per prompt.
         """
-        source = config_get(config, "val_kwargs") if validate else config
+        source = cfg_get(config, "val_kwargs") if validate else config
         if validate and source is None:
             raise ValueError(
                 "validate=True needs actor_rollout_ref.rollout.val_kwargs in the config; none was found."
             )
         return cls(
-            temperature=float(config_get(source, "temperature", 1.0)),
-            top_p=float(config_get(source, "top_p", 1.0)),
-            top_k=int(config_get(source, "top_k", -1)),
-            do_sample=bool(config_get(source, "do_sample", True)),
-            max_tokens=int(config_get(config, "response_length", 512)),
-            logprobs=bool(config_get(config, "calculate_log_probs", True)),
-            ignore_eos=bool(config_get(config, "ignore_eos", False)),
+            temperature=float(cfg_get(source, "temperature", 1.0)),
+            top_p=float(cfg_get(source, "top_p", 1.0)),
+            top_k=int(cfg_get(source, "top_k", -1)),
+            do_sample=bool(cfg_get(source, "do_sample", True)),
+            max_tokens=int(cfg_get(config, "response_length", 512)),
+            logprobs=bool(cfg_get(config, "calculate_log_probs", True)),
+            ignore_eos=bool(cfg_get(config, "ignore_eos", False)),
         )
 
 
@@ -165,8 +156,9 @@ class TokenOutput:
     log_probs: list[float] | None = None
     """log pi(token | prefix) for each of `token_ids` (see the backend for which distribution);
     None when `SamplingParams.logprobs` is False."""
-    stop_reason: Literal["eos", "length"] | None = None
-    """"eos": hit an EOS/stop token; "length": used up `max_tokens` (or the context).
+    stop_reason: Literal["eos", "length", "aborted"] | None = None
+    """"eos": hit an EOS/stop token; "length": used up `max_tokens` (or the context); "aborted": stopped
+    early by `abort_all_requests` (a weight sync), `token_ids` holds what was generated until then.
     verl reports vLLM's finish reason folded into "completed"/"aborted" instead."""
     policy_version: int = 0
     """The weight version that sampled this response: `BaseRollout.policy_version` at the time.
@@ -194,6 +186,8 @@ class BaseRollout(ABC):
         config: the `actor_rollout_ref.rollout` section (dict, DictConfig or dataclass).
         device: where the engine runs ("cpu", "cuda", ...).
         policy_version: the weight version now loaded; 0 until the first `update_weights`.
+        abort_event: set by a rollout server to stop generation early (`stop_reason="aborted"`);
+            backends that cannot stop mid-call finish the running batch first.
     """
 
     def __init__(self, config: Any, model_path_or_module: Any, device: str | torch.device = "cpu") -> None:
@@ -201,6 +195,7 @@ class BaseRollout(ABC):
         self.config = config if config is not None else {}
         self.device = torch.device(device)
         self.policy_version: int = 0
+        self.abort_event = threading.Event()
 
     @abstractmethod
     def generate(self, prompts: list[list[int]], sampling_params: SamplingParams) -> list[TokenOutput]:
@@ -224,6 +219,27 @@ class BaseRollout(ABC):
     @abstractmethod
     async def release(self) -> None:
         """Free weights and KV cache from accelerator memory so the actor can train."""
+
+    def clear_kv_cache(self) -> None:
+        """Forget cached prefixes, whose KV was computed by the old weights (after every weight load).
+
+        verl: `vLLMHttpServer.clear_kv_cache` (`verl/workers/rollout/vllm_rollout/vllm_async_server.py:826`).
+        Default: nothing is cached between calls (the hf rollout keeps a KV cache only inside one call).
+        """
+
+    async def release_kv_cache(self) -> None:
+        """Free only the KV cache for the duration of a weight sync, keeping the weights in place.
+
+        verl: `vLLMHttpServer.release_kv_cache` (`verl/workers/rollout/vllm_rollout/vllm_async_server.py:837`).
+        Default: nothing to free.
+        """
+
+    async def resume_kv_cache(self) -> None:
+        """Re-allocate the KV cache after a weight sync.
+
+        verl: `vLLMHttpServer.resume_kv_cache` (`verl/workers/rollout/vllm_rollout/vllm_async_server.py:847`).
+        Default: nothing to re-allocate.
+        """
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,10 @@ What it leaves out (and what vLLM does instead):
 - no continuous batching: a sub-batch of at most `rollout.max_num_seqs` requests is prefilled
   together and decoded until its last row finishes (vLLM adds and retires requests every step);
 - finished rows keep occupying the batch (vLLM frees their KV blocks at once);
-- no paged attention, prefix caching, CUDA graphs or tensor parallelism.
+- prefix caching (`rollout.enable_prefix_caching`, on by default as in verl) only shares whole prompts
+  that repeat within a sub-batch (the `n` samples of a GRPO group): each distinct prompt is prefilled
+  once and its KV cache repeated for its rows; vLLM shares any common prefix, in blocks, across requests;
+- no paged attention, CUDA graphs or tensor parallelism.
 """
 
 from __future__ import annotations
@@ -42,7 +45,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput, config_get, register_rollout
+from minirl.utils.config import cfg_get
+from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput, register_rollout
 
 __all__ = ["HFRollout", "apply_top_k_top_p"]
 
@@ -146,7 +150,8 @@ class HFRollout(BaseRollout):
 
     Args:
         config: the `actor_rollout_ref.rollout` section. Keys read: `max_num_seqs` (sub-batch size,
-            256), `seed` (the engine's generator; None: torch's global RNG), `max_model_len`
+            256), `enable_prefix_caching` (True: a prompt repeated in a sub-batch is prefilled once),
+            `seed` (the engine's generator; None: torch's global RNG), `max_model_len`
             (context limit; None: the model's `max_position_embeddings`), `dtype` (off-CPU only;
             CPU always runs float32), and optional `eos_token_id` / `pad_token_id`.
         model_path_or_module: a local model directory (loaded with
@@ -162,16 +167,17 @@ class HFRollout(BaseRollout):
     def __init__(self, config: Any, model_path_or_module: Any, device: str | torch.device = "cpu") -> None:
         super().__init__(config, model_path_or_module, device)
         self.module = _load_model(model_path_or_module, self.device, self._compute_dtype())
-        self.max_num_seqs = int(config_get(self.config, "max_num_seqs", 256))
+        self.max_num_seqs = int(cfg_get(self.config, "max_num_seqs", 256))
+        self.prefix_caching = bool(cfg_get(self.config, "enable_prefix_caching", True))
         self.max_model_len = int(
-            config_get(self.config, "max_model_len")
+            cfg_get(self.config, "max_model_len")
             or getattr(self.module.config, "max_position_embeddings", 10**9)
         )
         self.vocab_size = self.module.get_input_embeddings().num_embeddings
         self.eos_token_ids = _resolve_eos_ids(self.config, self.module)
-        pad = config_get(self.config, "pad_token_id", getattr(self.module.config, "pad_token_id", None))
+        pad = cfg_get(self.config, "pad_token_id", getattr(self.module.config, "pad_token_id", None))
         self.pad_token_id = int(pad if pad is not None else (self.eos_token_ids or [0])[0])
-        seed = config_get(self.config, "seed")
+        seed = cfg_get(self.config, "seed")
         # vLLM seeds its engine once from rollout.seed; each call then draws fresh samples.
         self.generator = None if seed is None else torch.Generator(device=self.device).manual_seed(int(seed))
         forward_args = inspect.signature(self.module.forward).parameters
@@ -183,7 +189,7 @@ class HFRollout(BaseRollout):
         if self.device.type == "cpu":
             # bf16 matmuls on CPU are slow and would make log-probs drift from the actor's
             return torch.float32
-        name = str(config_get(self.config, "dtype", "float32"))
+        name = str(cfg_get(self.config, "dtype", "float32"))
         if name not in _DTYPES:
             raise ValueError(f"rollout.dtype={name!r} is not supported; use one of {sorted(_DTYPES)}.")
         return _DTYPES[name]
@@ -192,7 +198,11 @@ class HFRollout(BaseRollout):
 
     def generate(self, prompts: list[list[int]], sampling_params: SamplingParams) -> list[TokenOutput]:
         """Sample one response per prompt (independent requests of any lengths), in sub-batches of
-        at most `max_num_seqs`. Same `sampling_params.seed` and same prompts -> same tokens."""
+        at most `max_num_seqs`. Same `sampling_params.seed` and same prompts -> same tokens.
+
+        When `abort_event` is set (a rollout server aborting for a weight sync), decoding stops after
+        the current token: unfinished rows come back with what they have and `stop_reason="aborted"`,
+        sub-batches not started yet come back empty (verl: vLLM's `pause_generation`)."""
         sampling_params.validate()
         prompts = self._check_prompts(prompts)
         if sampling_params.seed is not None:
@@ -202,6 +212,10 @@ class HFRollout(BaseRollout):
         outputs: list[TokenOutput] = []
         for start in range(0, len(prompts), self.max_num_seqs):
             chunk = prompts[start : start + self.max_num_seqs]
+            if self.abort_event.is_set():  # aborted before this sub-batch started: nothing generated
+                outputs.extend(TokenOutput([], [] if sampling_params.logprobs else None, "aborted",
+                                           self.policy_version) for _ in chunk)
+                continue
             outputs.extend(self._generate_batch(chunk, sampling_params, generator))
         return outputs
 
@@ -261,7 +275,7 @@ class HFRollout(BaseRollout):
         )
         stop_ids = torch.tensor(self._stop_ids(params), dtype=torch.long, device=self.device)
 
-        logits, cache = self._forward(input_ids, attention_mask, cache=None)
+        logits, cache = self._prefill(prompts, input_ids, attention_mask)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         hit_stop = torch.zeros_like(finished)
         lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
@@ -276,18 +290,30 @@ class HFRollout(BaseRollout):
             stopped = active & torch.isin(tokens, stop_ids)
             hit_stop |= stopped
             finished |= stopped | (active & (lengths >= budgets))
-            if bool(finished.all()):
+            if bool(finished.all()) or self.abort_event.is_set():  # abort: keep what each row has so far
                 break
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=-1)
             logits, cache = self._forward(tokens[:, None], attention_mask, cache)
-        return self._to_outputs(step_tokens, step_log_probs, lengths, hit_stop, params)
+        return self._to_outputs(step_tokens, step_log_probs, lengths, hit_stop, finished, params)
+
+    def _prefill(self, prompts: list[list[int]], input_ids, attention_mask):
+        """Prefill: last-position logits and KV cache of every row, each distinct prompt computed once."""
+        index: dict[tuple, int] = {}
+        inverse = [index.setdefault(tuple(p), len(index)) for p in prompts]
+        if not self.prefix_caching or len(index) == len(prompts):
+            return self._forward(input_ids, attention_mask, cache=None)
+        unique_ids, unique_mask = left_pad([list(p) for p in index], self.pad_token_id, self.device)
+        logits, cache = self._forward(unique_ids, unique_mask, cache=None)  # same width: the longest is unique
+        rows = torch.tensor(inverse, device=self.device)
+        cache.batch_select_indices(rows)  # every row continues from its prompt's keys and values
+        return logits[rows], cache
 
     def _stop_ids(self, params: SamplingParams) -> list[int]:
         """EOS ids (unless `ignore_eos`) plus the request's `stop_token_ids`."""
         eos = [] if params.ignore_eos else list(self.eos_token_ids)
         return sorted(set(eos) | set(params.stop_token_ids or []))
 
-    def _to_outputs(self, step_tokens, step_log_probs, lengths, hit_stop, params) -> list[TokenOutput]:
+    def _to_outputs(self, step_tokens, step_log_probs, lengths, hit_stop, finished, params) -> list[TokenOutput]:
         tokens = torch.stack(step_tokens, dim=1).tolist()
         log_probs = torch.stack(step_log_probs, dim=1).tolist()
         outputs = []
@@ -296,7 +322,7 @@ class HFRollout(BaseRollout):
                 TokenOutput(
                     token_ids=tokens[row][:n],
                     log_probs=log_probs[row][:n] if params.logprobs else None,
-                    stop_reason="eos" if bool(hit_stop[row]) else "length",
+                    stop_reason="eos" if bool(hit_stop[row]) else ("length" if bool(finished[row]) else "aborted"),
                     policy_version=self.policy_version,
                 )
             )
@@ -376,7 +402,7 @@ def _load_model(source: Any, device: torch.device, dtype: torch.dtype) -> torch.
 
 def _resolve_eos_ids(config: Any, module: torch.nn.Module) -> list[int]:
     """EOS ids from the config, else the model's generation config, else its model config."""
-    eos = config_get(config, "eos_token_id")
+    eos = cfg_get(config, "eos_token_id")
     if eos is None:
         eos = getattr(getattr(module, "generation_config", None), "eos_token_id", None)
     if eos is None:

@@ -69,7 +69,8 @@ from typing import Any
 
 import torch
 
-from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput, config_get, register_rollout
+from minirl.utils.config import cfg_get
+from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput, register_rollout
 
 __all__ = [
     "VLLMRollout",
@@ -132,9 +133,9 @@ def engine_kwargs_from_config(config: Any, model_path: str, on_cpu: bool) -> dic
     (`kv_cache_memory_bytes`, default `DEFAULT_CPU_KV_CACHE_GIB` GiB; `VLLM_CPU_KVCACHE_SPACE`
     in GiB overrides it, as in vLLM), and chunked prefill is off (see the comment in the code).
     """
-    prompt_length = int(config_get(config, "prompt_length", 512))
-    response_length = int(config_get(config, "response_length", 512))
-    dtype_name = str(config_get(config, "dtype", "float32"))
+    prompt_length = int(cfg_get(config, "prompt_length", 512))
+    response_length = int(cfg_get(config, "response_length", 512))
+    dtype_name = str(cfg_get(config, "dtype", "float32"))
     if dtype_name not in _DTYPES:
         raise ValueError(
             f"actor_rollout_ref.rollout.dtype={dtype_name!r} is not supported by the vllm rollout; "
@@ -145,13 +146,13 @@ def engine_kwargs_from_config(config: Any, model_path: str, on_cpu: bool) -> dic
         "skip_tokenizer_init": True,  # token ids in, token ids out (verl keeps the tokenizer for multimodal)
         "generation_config": "vllm",  # stop tokens come from the rollout (below), not generation_config.json
         "dtype": "float32" if on_cpu else _DTYPES[dtype_name],
-        "seed": int(config_get(config, "seed", 0) or 0),
-        "max_model_len": int(config_get(config, "max_model_len") or prompt_length + response_length),
-        "max_num_seqs": int(config_get(config, "max_num_seqs", 256)),
-        "enforce_eager": bool(config_get(config, "enforce_eager", True)),
-        "enable_prefix_caching": bool(config_get(config, "enable_prefix_caching", True)),
-        "tensor_parallel_size": int(config_get(config, "tensor_model_parallel_size", 1)),
-        "logprobs_mode": str(config_get(config, "logprobs_mode", "processed_logprobs")),
+        "seed": int(cfg_get(config, "seed", 0) or 0),
+        "max_model_len": int(cfg_get(config, "max_model_len") or prompt_length + response_length),
+        "max_num_seqs": int(cfg_get(config, "max_num_seqs", 256)),
+        "enforce_eager": bool(cfg_get(config, "enforce_eager", True)),
+        "enable_prefix_caching": bool(cfg_get(config, "enable_prefix_caching", True)),
+        "tensor_parallel_size": int(cfg_get(config, "tensor_model_parallel_size", 1)),
+        "logprobs_mode": str(cfg_get(config, "logprobs_mode", "processed_logprobs")),
         "worker_extension_cls": f"{__name__}.WeightSyncExtension",
     }
     if on_cpu:
@@ -161,9 +162,9 @@ def engine_kwargs_from_config(config: Any, model_path: str, on_cpu: bool) -> dic
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = max(4096, kwargs["max_model_len"])
     else:
-        kwargs["gpu_memory_utilization"] = float(config_get(config, "gpu_memory_utilization", 0.5))
-        kwargs["enable_sleep_mode"] = bool(config_get(config, "free_cache_engine", True))
-    extra = config_get(config_get(config, "engine_kwargs", {}), "vllm", {}) or {}
+        kwargs["gpu_memory_utilization"] = float(cfg_get(config, "gpu_memory_utilization", 0.5))
+        kwargs["enable_sleep_mode"] = bool(cfg_get(config, "free_cache_engine", True))
+    extra = cfg_get(cfg_get(config, "engine_kwargs", {}), "vllm", {}) or {}
     kwargs.update(dict(extra))
     return kwargs
 
@@ -272,7 +273,7 @@ class VLLMRollout(BaseRollout):
         self.vocab_size = int(hf_config.get("vocab_size") or 0) or None
         self.eos_token_ids = _resolve_eos_ids(self.config, model_path, hf_config)
         self._manifest = _checkpoint_manifest(model_path, tied=bool(hf_config.get("tie_word_embeddings")))
-        seed = config_get(self.config, "seed")
+        seed = cfg_get(self.config, "seed")
         self.generator = torch.Generator().manual_seed(int(seed if seed is not None else 0))
         rng_state = _global_rng_state()
         with _quiet_chat_template_warmup():
@@ -299,7 +300,7 @@ class VLLMRollout(BaseRollout):
 
     def _report_sleep_mode(self) -> None:
         global _SLEEP_REPORTED
-        wants_sleep = bool(config_get(self.config, "free_cache_engine", True))
+        wants_sleep = bool(cfg_get(self.config, "free_cache_engine", True))
         if self.on_cpu and wants_sleep and not _SLEEP_REPORTED:
             _SLEEP_REPORTED = True
             logger.warning(
@@ -446,6 +447,22 @@ class VLLMRollout(BaseRollout):
         if self.sleep_enabled:
             self.llm.sleep(level=1)
 
+    def clear_kv_cache(self) -> None:
+        """Reset the prefix cache: its blocks were computed by the old weights."""
+        self.llm.reset_prefix_cache()
+
+    async def release_kv_cache(self) -> None:
+        """Sleep mode only: free the KV cache for a sync, weights stay (verl: sleep, then wake the weights)."""
+        if self.sleep_enabled:
+            self.llm.sleep(level=1)
+            self.llm.wake_up(tags=["weights"])
+
+    async def resume_kv_cache(self) -> None:
+        """Sleep mode only: re-allocate the KV cache after a sync and reset the prefix cache."""
+        if self.sleep_enabled:
+            self.llm.wake_up(tags=["kv_cache"])
+            self.llm.reset_prefix_cache()
+
     def close(self) -> None:
         """Drop the engine (and the temporary model directory, if one was written)."""
         self.llm = None
@@ -473,7 +490,7 @@ def _resolve_eos_ids(config: Any, model_path: str, hf_config: dict) -> list[int]
     """`rollout.eos_token_id`, else generation_config.json's `eos_token_id`, else config.json's (as hf)."""
     import json
 
-    eos = config_get(config, "eos_token_id")
+    eos = cfg_get(config, "eos_token_id")
     gen_path = os.path.join(model_path, "generation_config.json")
     if eos is None and os.path.exists(gen_path):
         with open(gen_path) as f:
