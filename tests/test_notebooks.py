@@ -33,7 +33,8 @@ NOTEBOOKS = sorted(ROOT.glob("chapters/*.ipynb")) + sorted(ROOT.glob("labs/*.ipy
 IDS = [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
 # Pages whose rendered output the site's browser test inspects for a figure and a trace table.
 NEEDS_PLOT_AND_TABLE = {"chapters/01_sync_grpo_run_overview.ipynb", "labs/01_trace_config_and_batch.ipynb"}
-PER_NOTEBOOK_LIMIT_S = 150  # the target is < 60 s each on 2 busy cores; this only catches runaways
+# Wall time is not asserted (no timed tests): each executed copy records it, `python benchmarks/notebooks.py`
+# tabulates it against the < 60 s target.
 LABS = [p for p in NOTEBOOKS if p.parent.name == "labs"]
 SOLUTION_ON = re.compile(r"^\s*SOLUTION\s*=\s*True\b", re.MULTILINE)
 
@@ -110,8 +111,6 @@ def test_notebook_executes(path, capsys):
     assert run.error is None, f"{path.name} failed to execute:\n{run.error[-8000:]}"
     left = run.left_behind
     assert not left, f"{path.name} wrote {left} into {path.parent}; write run outputs to a temp dir"
-    assert run.wall_s < PER_NOTEBOOK_LIMIT_S, \
-        f"{path.name} took {run.wall_s:.0f} s (target < 60 s with the parameter cell's settings)"
     nb = run.nb
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     if str(path.relative_to(ROOT)) in NEEDS_PLOT_AND_TABLE:
