@@ -115,3 +115,54 @@ def test_unknown_data_source_names_the_known_ones():
 def test_dict_results_pass_through(monkeypatch):
     monkeypatch.setitem(reward_score.SCORE_FNS, "test/dict", lambda s, gt: {"score": 0.5, "acc": True})
     assert default_compute_score("test/dict", "x", "y") == {"score": 0.5, "acc": True}
+
+
+# ------------------------------------------------------------------------- where a score call runs
+
+
+def _thread_of(fn, **kwargs):
+    """Run `fn` through `run_score_fn` and report the name of the thread it ran in, and its result."""
+    import asyncio
+    import threading
+
+    from minirl.workers.reward.scoring import run_score_fn, runs_inline
+
+    seen = {}
+
+    def spy(**kw):
+        seen["thread"] = threading.current_thread().name
+        return fn(**kw)
+
+    spy.minirl_inline = runs_inline(fn)  # the spy runs where `fn` would
+    result = asyncio.run(run_score_fn(spy, kwargs, timeout=5.0, what="sample 0"))
+    return seen["thread"], result
+
+
+def test_minirl_scorers_run_inline_and_user_functions_in_a_thread():
+    """minirl's rule scorer is called on the loop's thread; any other sync function gets its own thread."""
+    import threading
+
+    from minirl.workers.reward.scoring import runs_inline
+
+    args = {"data_source": "minirl/arithmetic", "solution_str": "#### 8", "ground_truth": "8"}
+    assert runs_inline(default_compute_score)
+    thread, result = _thread_of(default_compute_score, **args)
+    assert thread == threading.current_thread().name and result == 1.0
+
+    def user_fn(data_source, solution_str, ground_truth):
+        return 0.5
+
+    assert not runs_inline(user_fn)
+    thread, result = _thread_of(user_fn, **args)
+    assert thread == "minirl-reward" and result == 0.5
+
+
+def test_an_inline_scorer_that_raises_takes_the_same_error_path():
+    """An exception of an inline scorer becomes BadRewardOutput naming the exception, as a threaded one does."""
+    import asyncio
+
+    from minirl.workers.reward.scoring import BadRewardOutput, run_score_fn
+
+    args = {"data_source": "no/such/source", "solution_str": "#### 8", "ground_truth": "8"}
+    with pytest.raises(BadRewardOutput, match="raised NotImplementedError: Reward function is not implemented"):
+        asyncio.run(run_score_fn(default_compute_score, args, timeout=5.0))

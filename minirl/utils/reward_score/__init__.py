@@ -63,3 +63,6 @@ def default_compute_score(data_source, solution_str, ground_truth, extra_info=No
     if isinstance(result, dict):
         return result
     return float(result)
+
+
+default_compute_score.minirl_inline = True  # rule scoring of one string: run on the loop, no thread

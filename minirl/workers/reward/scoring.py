@@ -9,7 +9,8 @@ three pieces every reward manager uses:
   its own daemon thread, so the event loop stays free (other sessions keep generating and scoring)
   and one slow call does not hold up the others. Either way the call gets `reward.timeout` seconds;
   a call still running after `SLOW_NOTICE_S` prints one notice, so a slow function never looks like
-  a hang.
+  a hang. minirl's own rule scorers (marked `minirl_inline`) are called directly on the loop: a
+  thread per session cost more than their string matching.
 - `parse_score`: a function's return value -> `(score, reward_extra_info)`, or `BadRewardOutput`
   naming what was wrong. Only finite numbers pass.
 - `FailureLog`: a failed sample is scored 0 (verl's `RateLimitedRewardManager.run_single`,
@@ -38,7 +39,7 @@ from functools import partial
 from typing import Any
 
 __all__ = ["SLOW_NOTICE_S", "BadRewardOutput", "FailureLog", "function_location", "in_daemon_thread", "parse_score",
-           "run_score_fn"]
+           "run_score_fn", "runs_inline"]
 
 SLOW_NOTICE_S = 10.0
 """A score call running longer than this prints one notice (then keeps waiting until `reward.timeout`)."""
@@ -94,6 +95,26 @@ async def in_daemon_thread(call: Callable[[], Any]) -> Any:
     return await future
 
 
+INLINE_ATTR = "minirl_inline"
+"""A function with this attribute set true runs inline on the event loop (minirl's own rule scorers)."""
+
+
+def _unwrap(fn: Callable) -> Callable:
+    while isinstance(fn, partial):
+        fn = fn.func
+    return fn
+
+
+def runs_inline(fn: Callable) -> bool:
+    """Whether `fn` is a scorer minirl trusts to return at once (pure string work on one response).
+
+    Such a call gets no thread: starting one thread per session (256 a step at the defaults) cost more
+    than the scoring. It cannot time out, so only minirl's own scorers are marked; user functions keep
+    the thread and `reward.timeout`.
+    """
+    return bool(getattr(_unwrap(fn), INLINE_ATTR, False))
+
+
 def _is_async(fn: Callable) -> bool:
     while isinstance(fn, partial):
         if inspect.iscoroutinefunction(fn.func):
@@ -105,9 +126,17 @@ def _is_async(fn: Callable) -> bool:
 async def run_score_fn(fn: Callable, kwargs: dict, timeout: float, what: str = "") -> Any:
     """`fn(**kwargs)` with at most `timeout` seconds; raises `BadRewardOutput` on an exception or a timeout.
 
-    A coroutine function is awaited on this loop; a sync one runs in a daemon thread. `what` names the
-    sample in the slow-call notice.
+    A coroutine function is awaited on this loop; a sync one runs in a daemon thread, unless it is one
+    of minirl's own scorers (`runs_inline`), which is called directly. `what` names the sample in the
+    slow-call notice.
     """
+    if runs_inline(fn):
+        # minirl simplifies: verl sends every sync score function to `loop.run_in_executor`
+        # (NaiveRewardManager.run_single); minirl's own rule scorers run inline instead.
+        try:
+            return fn(**kwargs)
+        except Exception as e:  # the same error path as a threaded call
+            raise BadRewardOutput(f"raised {type(e).__name__}: {e}{_where_raised(e, fn)}") from e
     if _is_async(fn):
         task = asyncio.ensure_future(fn(**kwargs))
     else:
