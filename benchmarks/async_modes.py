@@ -1,31 +1,39 @@
-"""sync vs colocate_async vs separate_async on 2 CPU cores: steps per minute, accuracy against wall time, staleness.
+"""sync vs colocate_async vs separate_async on 2 CPU cores: steps per minute, accuracy at equal wall time, and
+where each process's CPU goes.
 
-    python benchmarks/async_modes.py [--steps 40] [--test-freq 10] [--only NAME ...] [key=value ...]
+    python benchmarks/async_modes.py [--rounds 3] [--steps 30] [--test-freq 10] [--only NAME ...] [key=value ...]
 
 Every run starts from the same warm start (`minirl://tiny-qwen2-sft`, the default model) with the same
-prompts (32 x n=8, the `minirl train` defaults) and is a fresh `minirl train` process:
+prompts (32 x n=8, the `minirl train` defaults) and is a fresh `minirl train` process. The runs are
+interleaved (`--rounds` rounds of every run), so a machine that gets busier half-way slows every mode alike:
 
 | name | mode | what differs |
 |---|---|---|
-| `sync` | sync | rollout in the controller, then training, one after the other |
+| `sync` | sync | rollout (in the controller's engine thread) and training take turns |
 | `colocate_async` | colocate_async | one batch generated ahead; generation pauses while the trainer trains (same cores) |
-| `separate_async` | separate_async | a rollout server process generates while the controller trains; 4 local updates of 8 prompts per weight sync |
-| `separate_async_pss1` | separate_async | the same with `parameter_sync_step=1`: one update of 32 prompts per sync, the optimizer work of sync |
-| `sep_drop_1`, `sep_drop_2`, `sep_drop_4` | separate_async | `max_off_policy_threshold` 1, 2, 4, strategy `drop` |
-| `sep_wait_1`, `sep_wait_2`, `sep_wait_4` | separate_async | the same thresholds, strategy `wait` |
+| `separate_async` | separate_async | a rollout server process generates while the controller trains; `parameter_sync_step=1`: one update of the 32 prompts per sync, the same optimizer work as sync |
+| `separate_async_p4` | separate_async | the same with `parameter_sync_step=4`: 4 local updates of 8 prompts per weight sync |
+| `sep_drop_1`, `sep_drop_2`, `sep_drop_4`, `sep_wait_1`, ... | separate_async (p4) | `max_off_policy_threshold` 1, 2, 4 with strategy `drop` / `wait` |
 
-sync and colocate_async train on the whole batch in one optimizer step (`ppo_mini_batch_size=32`);
-separate_async must split it into `parameter_sync_step=4` mini-batches of 8 (verl asserts
-`train_batch_size == parameter_sync_step * ppo_mini_batch_size`), so it takes 4 optimizer steps per global
-step on the same 32 prompts. verl rejects a threshold of 0 (`ReplayBufferAsync` asserts it is > 0), so the
-smallest is 1 (train only on prompts fetched this step).
+In every mode the agent loop runs in a worker process of its own (`actor_rollout_ref.rollout.agent.placement`,
+one worker), so three processes share the 2 cores: the controller (trainer; in sync and colocate_async also the
+rollout engine, verl's hybrid replica), the agent-loop worker, and in separate_async the rollout server.
 
-Per run it prints steps per minute (global steps / training wall time, validation excluded), the held-out
-greedy accuracy at each validation with the wall time it was reached, the staleness it trained on
-(`training/off_policy/trajectory_staleness/mean`, spans max) and what the buffer evicted
-(`training/off_policy/evicted_samples`, summed), `timing_s/gen` summed (sync: the generation itself; async:
-the time the trainer waited in `ReplayBufferAsync.sample` for enough trainable groups), and the load average (the machine may be shared). A JSON summary goes to
-`<out>/summary.json`.
+Per run it prints: steps per minute (global steps / training wall time, validation excluded); the held-out
+greedy accuracy at each validation with the training wall time it was reached, and interpolated at the same
+wall time for every run (the shortest run's training time: equal wall time); the staleness it trained on; the
+CPU seconds per step of each process (minirl's `perf/cpu_s/<process>` metrics) and the **ceiling** a perfect
+pipeline would reach with that work on 2 cores: a step cannot take less than `max(all processes' CPU / 2, the
+busiest process's CPU)` seconds, so
+
+    ceiling steps/min = 60 / max(cpu_all / 2, cpu_busiest process)
+
+(for sync, which cannot overlap by design, the same bound on its own work says what pipelining sync's stages
+would give). The load average before and after says whether the machine was shared. `<out>/summary.json`
+holds every run's numbers.
+
+Verify the script with a tiny budget (`--rounds 1 --steps 3 --test-freq 3`); the numbers mean something only
+on an idle machine.
 """
 
 from __future__ import annotations
@@ -39,19 +47,23 @@ import tempfile
 import time
 from pathlib import Path
 
-SEPARATE = ["trainer.v1.trainer_mode=separate_async", "actor_rollout_ref.actor.ppo_mini_batch_size=8",
-            "actor_rollout_ref.rollout.nnodes=1", "actor_rollout_ref.rollout.n_gpus_per_node=1",
-            "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"]
+import numpy as np
+
+R = "actor_rollout_ref.rollout"
+SEPARATE = ["trainer.v1.trainer_mode=separate_async", f"{R}.nnodes=1", f"{R}.n_gpus_per_node=1",
+            f"{R}.checkpoint_engine.backend=nccl"]
+P4 = [*SEPARATE, "actor_rollout_ref.actor.ppo_mini_batch_size=8"]  # verl: train_batch_size = P * mini-batch
 RUNS: dict[str, list[str]] = {
     "sync": [],
     "colocate_async": ["trainer.v1.trainer_mode=colocate_async"],
-    "separate_async": SEPARATE,
-    # one local update per sync, on the whole batch: the same optimizer work per step as sync
-    "separate_async_pss1": [*SEPARATE[:1], "trainer.v1.separate_async.parameter_sync_step=1", *SEPARATE[2:]],
-    **{f"sep_{strategy}_{k}": [*SEPARATE, f"trainer.v1.sampler.max_off_policy_threshold={k}",
+    "separate_async": [*SEPARATE, "trainer.v1.separate_async.parameter_sync_step=1"],
+    "separate_async_p4": P4,
+    **{f"sep_{strategy}_{k}": [*P4, f"trainer.v1.sampler.max_off_policy_threshold={k}",
                                f"trainer.v1.sampler.max_off_policy_strategy={strategy}"]
        for strategy in ("drop", "wait") for k in (1, 2, 4)},
 }
+DEFAULT = ["sync", "colocate_async", "separate_async"]
+ACC = "val-core/minirl/arithmetic/acc/mean@1"
 
 
 def run_one(name: str, overrides: list[str], out: Path, steps: int, test_freq: int) -> dict:
@@ -70,61 +82,111 @@ def run_one(name: str, overrides: list[str], out: Path, steps: int, test_freq: i
         raise SystemExit(f"{name} failed (exit {proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     train = [r for r in rows if r["step"] >= 1 and "timing_s/step" in r]
-    acc_key = "val-core/minirl/arithmetic/acc/mean@1"
     elapsed, val = 0.0, []
-    val0 = next((r[acc_key] for r in rows if r["step"] == 0 and acc_key in r), None)
+    val0 = next((r[ACC] for r in rows if r["step"] == 0 and ACC in r), None)
     for r in train:
         elapsed += r["timing_s/step"] - r.get("timing_s/testing", 0.0)
-        if acc_key in r:
-            val.append((r["step"], round(elapsed, 1), r[acc_key]))
+        if ACC in r:
+            val.append((r["step"], round(elapsed, 2), r[ACC]))
     train_s = sum(r["timing_s/step"] - r.get("timing_s/testing", 0.0) for r in train)
 
     def series(key):
         return [r[key] for r in train if key in r]
 
+    def mean(key):
+        v = series(key)
+        return round(float(np.mean(v)), 3) if v else None
+
+    # CPU per step by process, after the first step (which pays for start-up); the ceiling on 2 cores
+    later = train[1:] or train
+    cpu = {k.split("/", 2)[2]: round(float(np.mean([r[k] for r in later if k in r])), 3)
+           for k in sorted({k for r in later for k in r if k.startswith("perf/cpu_s/")})}
+    busiest = max((v for k, v in cpu.items() if k != "all"), default=0.0)
+    ideal_s = max(cpu.get("all", 0.0) / 2, busiest)
     staleness = series("training/off_policy/trajectory_staleness/mean")
-    spans = series("training/off_policy/trajectory_spans/max")
     return {
         "name": name, "overrides": overrides, "process_wall_s": round(wall, 1), "steps": len(train),
-        "train_s": round(train_s, 1), "steps_per_min": round(60 * len(train) / train_s, 2),
-        "step_s_median": round(sorted(r["timing_s/step"] for r in train)[len(train) // 2], 3),
-        "wait_in_sample_s": round(sum(series("timing_s/gen")), 1),
-        "val0": val0, "val": val,
-        "staleness_mean": round(sum(staleness) / len(staleness), 3) if staleness else None,
-        "spans_max": max(spans) if spans else None,
+        "train_s": round(train_s, 2), "steps_per_min": round(60 * len(train) / train_s, 2),
+        "step_s_median": round(float(np.median([r["timing_s/step"] - r.get("timing_s/testing", 0.0) for r in train])), 3),
+        "gen_s": mean("timing_s/gen"), "old_log_prob_s": mean("timing_s/old_log_prob"),
+        "update_actor_s": mean("timing_s/update_actor"), "update_weights_s": mean("timing_s/update_weights"),
+        "val0": val0, "val": val, "cpu_s_per_step": cpu,
+        "ceiling_steps_per_min": round(60 / ideal_s, 1) if ideal_s else None,
+        "staleness_mean": round(float(np.mean(staleness)), 3) if staleness else None,
         "evicted_samples": sum(series("training/off_policy/evicted_samples")),
     }
 
 
+def acc_at(res: dict, t: float) -> float | None:
+    """Held-out accuracy at training wall time `t`, linear between validations (validation 0 at t=0)."""
+    if res["val0"] is None or not res["val"]:
+        return None
+    ts = [0.0] + [v[1] for v in res["val"]]
+    accs = [res["val0"]] + [v[2] for v in res["val"]]
+    if t > ts[-1]:
+        return None
+    return round(float(np.interp(t, ts, accs)), 3)
+
+
+def summarize(results: list[dict]) -> list[dict]:
+    """One row per run name over the rounds: medians, the speed-up against sync, accuracy at equal wall time."""
+    names = list(dict.fromkeys(r["name"] for r in results))
+    by = {n: [r for r in results if r["name"] == n] for n in names}
+    equal_t = min(r["train_s"] for r in results)
+    rows = []
+    for n in names:
+        rs = by[n]
+        spm = [r["steps_per_min"] for r in rs]
+        accs = [a for a in (acc_at(r, equal_t) for r in rs) if a is not None]
+        cpu = {k: round(float(np.median([r["cpu_s_per_step"].get(k, 0.0) for r in rs])), 3)
+               for k in sorted({k for r in rs for k in r["cpu_s_per_step"]})}
+        rows.append({"name": n, "rounds": len(rs), "steps_per_min": [round(x, 1) for x in spm],
+                     "steps_per_min_median": round(float(np.median(spm)), 1),
+                     "ceiling_median": float(np.median([r["ceiling_steps_per_min"] or 0 for r in rs])),
+                     "acc_at_equal_wall_time": round(float(np.mean(accs)), 3) if accs else None,
+                     "equal_wall_time_s": round(equal_t, 1), "cpu_s_per_step": cpu,
+                     "staleness_mean": rs[0]["staleness_mean"]})
+    base = next((r for r in rows if r["name"] == "sync"), None)
+    for r in rows:
+        r["x_sync"] = round(r["steps_per_min_median"] / base["steps_per_min_median"], 2) if base else None
+    return rows
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=40)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of every run")
+    ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--test-freq", type=int, default=10)
-    ap.add_argument("--only", nargs="*", default=None, help=f"a subset of {list(RUNS)}")
+    ap.add_argument("--only", nargs="*", default=None, help=f"a subset of {list(RUNS)} (default {DEFAULT})")
     ap.add_argument("--out", default=None)
     ap.add_argument("overrides", nargs="*", help="extra overrides for every run")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="minirl-async-"))
-    names = args.only or list(RUNS)
+    names = args.only or DEFAULT
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         raise SystemExit(f"--only: unknown run(s) {unknown}; choose from {list(RUNS)}")
-    print(f"load average before: {os.getloadavg()[0]:.2f} (2 cores); output in {out}")
+    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); output in {out}", flush=True)
     results = []
-    for name in names:
-        res = run_one(name, [*RUNS[name], *args.overrides], out, args.steps, args.test_freq)
-        results.append(res)
-        curve = " ".join(f"step {s} ({t:.0f} s): {a:.3f}" for s, t, a in res["val"])
-        print(f"{name:15s} {res['steps_per_min']:6.1f} steps/min (median step {res['step_s_median']:.2f} s, "
-              f"gen {res['wait_in_sample_s']:.0f} s) | staleness mean {res['staleness_mean']} "
-              f"spans max {res['spans_max']} evicted {res['evicted_samples']:.0f} | acc {res['val0']} -> {curve}",
-              flush=True)
-    base = next((r for r in results if r["name"] == "sync"), None)
-    if base:
-        for r in results:
-            print(f"{r['name']:15s} speed-up vs sync: {r['steps_per_min'] / base['steps_per_min']:.2f}x")
+    for rnd in range(args.rounds):
+        for name in names:
+            res = run_one(name, [*RUNS[name], *args.overrides], out / f"round{rnd}", args.steps, args.test_freq)
+            res["round"] = rnd
+            results.append(res)
+            curve = " ".join(f"step {s} ({t:.0f} s): {a:.3f}" for s, t, a in res["val"])
+            print(f"round {rnd} {name:18s} {res['steps_per_min']:6.1f} steps/min (median step {res['step_s_median']:.2f} s:"
+                  f" gen {res['gen_s']} old_log_prob {res['old_log_prob_s']} update_actor {res['update_actor_s']}) "
+                  f"| CPU s/step {res['cpu_s_per_step']} -> ceiling {res['ceiling_steps_per_min']} steps/min "
+                  f"| staleness {res['staleness_mean']} | acc {res['val0']} -> {curve} "
+                  f"| load {os.getloadavg()[0]:.2f}", flush=True)
+    rows = summarize(results)
+    print("\nrun                 steps/min (rounds)        median  x sync  ceiling  acc@equal wall time  CPU s/step")
+    for r in rows:
+        print(f"{r['name']:18s}  {r['steps_per_min']!s:24s}  {r['steps_per_min_median']:6.1f}  {r['x_sync']}  "
+              f"{r['ceiling_median']:7.1f}  {r['acc_at_equal_wall_time']} (at {r['equal_wall_time_s']} s)  "
+              f"{r['cpu_s_per_step']}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
-    (out / "summary.json").write_text(json.dumps(results, indent=1))
+    (out / "summary.json").write_text(json.dumps({"runs": results, "summary": rows}, indent=1))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How long each chapter and lab took to execute, against the < 60 s target ([P]).
 
-    bash scripts/test.sh            # executes every notebook once (tests/test_notebooks.py)
+    bash scripts/test.sh            # executes every notebook once (tests/notebooks/test_notebooks.py)
     python benchmarks/notebooks.py  # then: one row per notebook, slowest first
 
 Reads the wall time the test run wrote into each executed copy's metadata
@@ -28,7 +28,10 @@ def rows(cache: Path = CACHE) -> list[dict]:
     for p in sorted(cache.rglob("*.ipynb")):
         meta = json.loads(p.read_text()).get("metadata", {}).get("minirl_executed", {})
         if "wall_s" in meta:
-            out.append({"source": meta.get("source", str(p.relative_to(cache))), "wall_s": float(meta["wall_s"]),
+            source = meta.get("source", str(p.relative_to(cache)))
+            if meta.get("mode") in ("reader", "solutions"):  # a lab runs twice: the reader's state, its solutions
+                source += f" ({meta['mode']})"
+            out.append({"source": source, "wall_s": float(meta["wall_s"]),
                         "executed_at": meta.get("executed_at", "?")})
     return sorted(out, key=lambda r: -r["wall_s"])
 

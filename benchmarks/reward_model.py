@@ -72,6 +72,7 @@ def main():
     import torch
 
     torch.set_num_threads(1)
+    import minirl.trainer.warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft)
     from minirl.data.tasks import make_arithmetic_rows
     from minirl.models import load_tokenizer, resolve_model_path
     from minirl.trainer.rm_trainer import train_reward_model

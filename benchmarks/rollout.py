@@ -86,6 +86,7 @@ def main() -> None:
 
     import torch
 
+    import minirl.trainer.warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft)
     from minirl.models import load_tokenizer, resolve_model_path
     from minirl.workers.rollout.base import SamplingParams, get_rollout_class
 

@@ -214,6 +214,7 @@ def main() -> int:
         return 0
     import tempfile
 
+    import minirl.trainer.warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft)
     from minirl.models import resolve_model_path
 
     work = tempfile.mkdtemp(prefix="minirl-side-by-side-")

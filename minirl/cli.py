@@ -7,6 +7,8 @@
     minirl config explain [key=value ...] the batch arithmetic of one training step
     minirl config show [key=value ...]    the composed config as YAML
     minirl doctor RUN                     which layer of a run broke, from its trace and metrics
+    minirl doctor --env [key=value ...]   environment + resolved config for a bug report (verl: scripts/diagnose.py)
+    minirl lab list | check NN            the labs; your copy of lab NN run headless, its scoreboard
 """
 
 from __future__ import annotations
@@ -86,6 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
     from minirl.doctor.cli import register_doctor_cli
 
     register_doctor_cli(sub)
+    from minirl.notebook.lab_cli import register_lab_cli
+
+    register_lab_cli(sub)
     return p
 
 

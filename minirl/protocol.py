@@ -30,6 +30,9 @@ Left out on purpose (what verl does instead):
   Ray results and dispatch wrapper; minirl's worker group has its own futures.
 - `all_gather_data_proto` (`verl/protocol.py:1334`): verl all-gathers a DataProto over a process
   group; minirl's controller gathers worker outputs with `concat`.
+- `make_iterator` (`verl/protocol.py:800`) and `sample_level_repeat` (`verl/protocol.py:1054`): no stage
+  of verl's V1 path calls them (its workers cut mini-batches with `tensordict_utils.make_iterator`;
+  minirl's with `minirl.workers.engine.utils.prepare_micro_batches` and `split`).
 - `print_size` (`verl/protocol.py:436`): `summary()` / `get_data_info()` (a table, not verl's
   type tree) show each field's shape, dtype and device.
 - 2-d lists: verl's `from_dict` turns equal-length lists into a 2-d array; minirl keeps a 1-d array
@@ -44,7 +47,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -269,7 +271,11 @@ class DataProto:
         return self._new(batch, {key: value[idx] for key, value in self.non_tensor_batch.items()})
 
     def slice(self, start=None, end=None, step=None) -> DataProto:
-        """Rows `start:end:step`, a view sharing memory with self (`verl/protocol.py:675`)."""
+        """Rows `start:end:step`, a view sharing memory with self (`verl/protocol.py:675`).
+
+        What `data[start:end]` does; verl's legacy trainer calls it to take a copy-free view of a batch
+        (`RayPPOTrainer.fit`, `verl/trainer/ppo/ray_trainer.py:1405`: `gen_batch.slice(0, None)` for ReMax).
+        """
         rows = slice(start, end, step)
         batch = self.batch[rows] if self.batch is not None else None
         return self._new(batch, {key: value[rows] for key, value in self.non_tensor_batch.items()})
@@ -288,25 +294,6 @@ class DataProto:
         """
         rows = np.arange(len(self))
         return self.select_idxs(np.repeat(rows, repeat_times) if interleave else np.tile(rows, repeat_times))
-
-    def sample_level_repeat(self, repeat_times) -> DataProto:
-        """Row i `repeat_times[i]` times, in order: counts `[3, 1, 2]` on rows `a, b, c` give `a a a b c c`.
-
-        Mirrors `DataProto.sample_level_repeat` (`verl/protocol.py:1054`): `repeat(n)` with a count
-        per row (e.g. more samples for harder prompts). `repeat_times` is a list, tuple, 1-d numpy
-        array or 1-d tensor of non-negative integers, one per row; a count of 0 drops the row.
-        """
-        if not isinstance(repeat_times, (list, tuple, np.ndarray, torch.Tensor)):
-            raise DataProtoError(f"DataProto.sample_level_repeat: repeat_times must be a list, tuple, numpy "
-                                 f"array or tensor of counts, got {type(repeat_times).__name__}")
-        counts = np.asarray(repeat_times.cpu() if isinstance(repeat_times, torch.Tensor) else repeat_times)
-        if counts.ndim != 1 or len(counts) != len(self):
-            raise DataProtoError(f"DataProto.sample_level_repeat: repeat_times has shape {counts.shape}; it "
-                                 f"needs one count per row, shape ({len(self)},)")
-        if counts.size and (counts.dtype.kind not in "iu" or counts.min() < 0):
-            raise DataProtoError(f"DataProto.sample_level_repeat: repeat_times must be non-negative integers, "
-                                 f"got {counts.tolist()}")
-        return self.select_idxs(np.repeat(np.arange(len(self)), counts))
 
     def unfold_column_chunks(self, n_split: int, split_keys: list[str] | None = None) -> DataProto:
         """Cut each row of the `split_keys` fields into `n_split` pieces along dim 1, one new row per piece.
@@ -458,35 +445,12 @@ class DataProto:
         non_tensor = {key: np.concatenate([d.non_tensor_batch[key] for d in data]) for key in object_keys}
         return type(first)(batch, non_tensor, fields.concat_meta_info([d.meta_info for d in data]))
 
-    def make_iterator(self, mini_batch_size: int, epochs: int, seed: int | None = None,
-                      dataloader_kwargs: dict | None = None) -> Iterator:
-        """Yield mini-batches of `mini_batch_size` rows, `epochs` times over.
-
-        Mirrors `DataProto.make_iterator` (`verl/protocol.py:800`), which wraps a torch DataLoader:
-        rows come in order unless `dataloader_kwargs={"shuffle": True}`, and then `seed` seeds the
-        shuffle. Each epoch draws a new permutation from one generator, so one seed always gives
-        the same mini-batches. `shuffle` is the only DataLoader option minirl takes.
-        """
-        if mini_batch_size <= 0 or len(self) % mini_batch_size != 0:
-            raise DataProtoError(f"DataProto.make_iterator: batch size {len(self)} is not divisible by "
-                                 f"mini_batch_size {mini_batch_size}")
-        options = dict(dataloader_kwargs or {})
-        shuffle = bool(options.pop("shuffle", False))
-        if options:
-            raise ValueError(f"DataProto.make_iterator: dataloader_kwargs {sorted(options)} are not supported; "
-                             f"minirl only takes 'shuffle' (mini-batches are built in-process, no DataLoader)")
-        n, generator = len(self), torch.Generator().manual_seed(seed) if seed is not None else None
-
-        def mini_batches():
-            for _ in range(epochs):
-                order = torch.randperm(n, generator=generator) if shuffle else torch.arange(n)
-                for start in range(0, n, mini_batch_size):
-                    yield self.select_idxs(order[start : start + mini_batch_size])
-
-        return mini_batches()
-
     def save_to_disk(self, filepath) -> None:
-        """Pickle self to `filepath` (`DataProto.save_to_disk`, `verl/protocol.py:426`), via `__getstate__`."""
+        """Pickle self to `filepath` (`DataProto.save_to_disk`, `verl/protocol.py:426`), via `__getstate__`.
+
+        For a reader who wants to keep a batch between two stages and look at it later; verl uses the
+        pair to replay a rollout instead of generating it again (`verl/utils/skip/rollout_skip.py`).
+        """
         with open(filepath, "wb") as f:
             pickle.dump(self, f)
 

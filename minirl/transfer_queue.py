@@ -44,8 +44,10 @@ Whether stages `kv_batch_get`/`kv_batch_put` their fields (verl) or pass a `Data
 
 What minirl simplifies: the store is a dict in the controller's process (verl: storage units and a
 metadata server in Ray actors, reachable from every worker, so workers can fetch fields directly),
-there is one store per trainer instead of a process-global client (`tq.init()`), and no
-checkpointing of the store (sync mode empties it after every step).
+there is one store per trainer instead of a process-global client (`tq.init()`); agent-loop worker
+processes reach it through `minirl.agent_loop.worker_process.TransferQueueServer` (puts only); a
+checkpoint of an async run saves the training partition (`save_checkpoint`), sync mode has nothing to save
+(it empties the store after every step).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from minirl.utils import hooks
 
 __all__ = ["PROMPT_STATUSES", "TERMINAL_STATUSES", "KVBatchMeta", "TransferQueue", "TransferQueueView",
            "build_model_inputs", "kv_batch_get_padded", "lengths_of", "nested_to_padded", "padded_to_nested",
@@ -195,13 +199,16 @@ def build_model_inputs(prompts: torch.Tensor, responses: torch.Tensor, prompt_le
     trainer (from the TransferQueue) and SFT (from its own rows) both call it. verl keeps
     `input_ids`/`position_ids` per trajectory without padding (`AgentLoopWorkerTQ._agent_loop_postprocess`,
     `verl/trainer/ppo/v1/agent_loop_tq.py:150`) and its engines read them as nested tensors.
+    The result passes the hook point `transfer_queue.model_inputs` (`minirl.utils.hooks`).
     """
     P, R = prompts.shape[1], responses.shape[1]
     prompt_lengths, response_lengths = torch.as_tensor(prompt_lengths), torch.as_tensor(response_lengths)
     attn = torch.cat([torch.arange(P) >= P - prompt_lengths[:, None], torch.arange(R) < response_lengths[:, None]],
                      dim=1).long()
-    return {"input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attn,
-            "position_ids": (attn.cumsum(dim=1) - 1).clamp(min=0) * attn}
+    out = {"input_ids": torch.cat([prompts, responses], dim=1), "attention_mask": attn,
+           "position_ids": (attn.cumsum(dim=1) - 1).clamp(min=0) * attn}
+    return hooks.apply("transfer_queue.model_inputs", out, prompts=prompts, responses=responses,
+                       prompt_lengths=prompt_lengths, response_lengths=response_lengths)
 
 
 PROMPT_SIDE_FIELDS = ("prompts",)
@@ -396,6 +403,30 @@ class TransferQueue:
     def __len__(self) -> int:
         with self._lock:
             return sum(len(p) for p in self._partitions.values())
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def save_checkpoint(self, path: str, partition_ids: Sequence[str] = ("train",), metadata: dict | None = None) -> int:
+        """Write the tags and fields of `partition_ids` to `path` (one `torch.save` file), as one consistent
+        snapshot taken under the store's lock while writers may still be putting; returns the keys written.
+
+        verl: `tq.save_checkpoint(path, metadata=...)` in `PPOTrainer._save_checkpoint`
+        (`verl/trainer/ppo/v1/trainer_base.py:887`), async modes only: the prompts already fetched from the
+        dataloader but not yet trained survive a restart (`load_checkpoint`, then the trainer re-issues the
+        unfinished ones).
+        """
+        with self._lock:
+            parts = {p: {k: {"tag": dict(e["tag"]), "fields": dict(e["fields"])} for k, e in self._partitions.get(p, {}).items()}
+                     for p in partition_ids}
+        torch.save({"partitions": parts, "metadata": dict(metadata or {})}, path)
+        return sum(len(p) for p in parts.values())
+
+    def load_checkpoint(self, path: str) -> dict:
+        """Replace the saved partitions with the snapshot at `path`; returns its metadata (verl: `tq.load_checkpoint`)."""
+        state = torch.load(path, weights_only=False)
+        with self._lock:
+            for p, entries in state["partitions"].items():
+                self._partitions[p] = dict(entries)
+        return state.get("metadata", {})
 
     def describe(self, keys: Sequence[str], partition_id: str = "train") -> dict:
         """What the store holds for `keys`, per field: storage, layout, dtype and min/max length (for the trace)."""

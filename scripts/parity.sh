@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Parity suite: run minirl.trainer.core_algos and PyPI verl==0.9.1 on the same inputs (tests/parity/).
+# Parity suite: run minirl.trainer.ppo.core_algos (and minirl.trainer.distillation) and PyPI verl==0.9.1 on the
+# same inputs (tests/parity/).
 #
 # verl 0.9.1 pins transformers<5.11 and tensordict<=0.10, so it gets its own venv, created here on
 # first use at ${PARITY_VENV:-.venv-parity} (about 1.4 GB). Only what `import verl.trainer.ppo.core_algos`
 # needs on CPU is installed (checked by hand: verl/__init__ -> verl/protocol.py imports ray, tensordict,
 # transformers, codetiming at top level, so none of them can be dropped); everything else verl lists
-# (vllm, wandb, datasets, ...) is skipped with --no-deps.
+# (vllm, wandb, ...) is skipped with --no-deps. `datasets` and `pillow` are there for
+# `import verl.trainer.distillation` (-> verl/workers/utils/losses.py -> verl/utils/dataset/rl_dataset.py).
 # torch==2.13.0 resolves to the CPU wheel where pip's config points at a local wheel folder (CI and dev
 # machines); elsewhere add --index-url https://download.pytorch.org/whl/cpu yourself. Never a bare
 # `torch`: that pulls a multi-GB CUDA build.
@@ -17,7 +19,7 @@ cd "$(dirname "$0")/.."
 VENV="${PARITY_VENV:-.venv-parity}"
 PY="${PYTHON:-python3}"
 
-DEPS="packaging numpy ray tensordict<=0.10.0 omegaconf transformers>=5.5.3,<5.11 codetiming pytest"
+DEPS="packaging numpy ray tensordict<=0.10.0 omegaconf transformers>=5.5.3,<5.11 codetiming datasets pillow pytest"
 SPEC="torch==2.13.0 verl==0.9.1 $DEPS"
 STAMP="$VENV/.minirl-parity-spec"  # written after a complete install; a changed SPEC reinstalls
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Re-record the reference traces in traces/ (after a change that is meant to change them), then
-# commit traces/. tests/test_trace_regression.py compares fresh runs with these files.
+# commit traces/. tests/e2e/test_trace_regression.py compares fresh runs with these files.
 #   bash scripts/record_traces.sh              every entry of traces/manifest.json that is not pending
 #                                              and whose requirements (ray, vllm, cuda) are met here
 #   bash scripts/record_traces.sh grpo vllm    these entries (a pending one too)

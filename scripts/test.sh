@@ -4,7 +4,7 @@
 # verl==0.9.1 and the vLLM suite (each in its own venv).
 #   bash scripts/test.sh                  everything (what CI runs)
 #   bash scripts/test.sh -m "not slow"    a quick subset (pytest arguments pass through; no parity/vLLM)
-# Each notebook executes once per run: tests/test_notebooks.py and the site build (tests/test_site.py)
+# Each notebook executes once per run: tests/notebooks/test_notebooks.py and the site build (tests/site/test_site.py)
 # share its executed copy (docs/hooks/executed_notebooks.py, under .cache/executed/).
 # At the end (also when something failed) it prints the wall time of each phase and the total,
 # installs included: CI's budget for the whole `.ci/run` is 20 minutes on a 2-core machine.

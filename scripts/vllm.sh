@@ -49,5 +49,5 @@ export MINIRL_CACHE="${MINIRL_CACHE:-$PWD/.cache/minirl}" MINIRL_NO_PROGRESS=1
 export MINIRL_VLLM_REQUIRED=1  # tests/rollout_vllm/conftest.py: a vLLM that fails to import is an error, not a skip
 "$VENV/bin/python" -c "import vllm" || { echo "vllm: vLLM does not import in $VENV; delete it and rerun" >&2; exit 1; }
 # tests/rollout_vllm, plus the vLLM reference trace (traces/vllm) replayed with this venv's vLLM.
-exec "$VENV/bin/python" -m pytest tests/rollout_vllm "tests/test_trace_regression.py::test_reference_trace_reproduces[vllm]" \
+exec "$VENV/bin/python" -m pytest tests/rollout_vllm "tests/e2e/test_trace_regression.py::test_reference_trace_reproduces[vllm]" \
   -q -p no:cacheprovider "$@"

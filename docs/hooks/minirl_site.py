@@ -1,25 +1,32 @@
-"""mkdocs hook of the minirl site (`hooks:` in mkdocs.yml). Six small jobs:
+"""mkdocs hook of the minirl site (`hooks:` in mkdocs.yml). Seven small jobs (and links inside notebooks):
 
 1. Notebooks from outside `docs/`, executed once: the chapters and labs live in `chapters/*.ipynb`
    and `labs/*.ipynb` at the repository root (where Jupyter and the notebook tests use them), not
    under `docs/`. `on_files` adds each one as a site page, before mkdocs-jupyter wraps notebooks
    (hence the higher event priority). Every notebook page (these and docs/**/*.ipynb) renders the
    notebook's executed copy, `.cache/executed/<path>.ipynb` (docs/hooks/executed_notebooks.py):
-   the one tests/test_notebooks.py or an earlier build wrote, while it is fresh (same notebook,
+   the one tests/notebooks/test_notebooks.py or an earlier build wrote, while it is fresh (same notebook,
    same minirl), else the hook executes the notebook first and writes it. mkdocs-jupyter only
    renders (`execute: false`), so a CI run executes each notebook once. `MINIRL_DOCS_EXECUTE=false`
    skips executing (stale or missing copies render the notebook without outputs). The page's
    download link is the committed notebook (no outputs), not the executed copy.
+   A lab has two pages: `labs/<lab>/` renders its `reader` run (the lab as committed, stopped at
+   its first unanswered exercise: no answers), and `labs/solutions/<lab>/` its `solutions` run
+   (every exercise filled in with labs/solutions/<lab>.py), marked as worked solutions and linked
+   from the end of the lab (executed_notebooks.decorate).
 2. Navigation that follows the files: the nav entries `chapters/index.md`, `labs/index.md` and
-   `guide/index.md` become sections holding that page plus every notebook (or guide page) found,
+   `guide/index.md` become sections holding that page plus every notebook (or guide page) found
+   (the labs section ends with a "Worked solutions" subsection, one page per lab),
    titled by the notebook's first `# ` heading; a notebook added later appears without editing
    mkdocs.yml, and a missing one cannot break `--strict`.
 3. Notebook links that follow the files: `[[chapters/01]]` or `[[labs/02|Lab 02: Custom reward]]`
    in a Markdown page becomes a link to `chapters/01_*.ipynb` when that notebook exists, and plain
-   text (with a "not written yet" mark) when it does not.
+   text (with a "not written yet" mark) when it does not. The other way round, a notebook's own links
+   (`../docs/glossary.md#policy`, `01_sync_grpo_run_overview.ipynb`, written to work in Jupyter) point
+   at the site's pages (`notebook_links`).
 4. verl citations become links: a code span that is exactly a citation (`verl/<file>.py:LINE`, or a
    file path alone) links to that line on GitHub at the pinned commit (`minirl.anchors.link`).
-   That the line is right is `minirl anchors check`'s job (tests/test_anchors.py).
+   That the line is right is `minirl anchors check`'s job (tests/unit/test_anchors.py).
 5. Offline pages: nbconvert's notebook template loads MathJax 2 from a CDN (and mermaid.js when a
    notebook draws a mermaid diagram). The hook removes both tags and then refuses to write a page
    that still loads anything from another host (script, stylesheet, image, frame, font, CSS
@@ -42,18 +49,22 @@ import os
 import posixpath
 import re
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 from mkdocs.exceptions import PluginError
 from mkdocs.plugins import event_priority
 from mkdocs.structure.files import File
+from mkdocs.utils import get_relative_url
 
 from minirl.anchors import CITE, link
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # mkdocs puts it there while loading; the tests do not
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 import executed_notebooks  # docs/hooks/executed_notebooks.py
+import minirl_zh  # docs/hooks/minirl_zh.py (the Chinese edition's hook; this build reads which pages it leaves out)
 
 log = logging.getLogger("mkdocs.hooks.minirl_site")
 
@@ -92,32 +103,58 @@ def _executing() -> bool:
     return os.environ.get("MINIRL_DOCS_EXECUTE", "true").strip().lower() not in ("0", "false", "no", "off")
 
 
-def executed_copy(source: Path) -> Path:
-    """The executed copy of a notebook to render: the fresh one on disk, else one made now.
+def executed_copy(source: Path, mode: str | None = None) -> Path:
+    """The executed copy of a notebook (in `mode`, see executed_notebooks.modes) to render: fresh on disk, or made now.
 
     With `MINIRL_DOCS_EXECUTE=false` nothing executes: a stale or missing copy renders the committed
-    notebook (no outputs). A notebook that fails to execute fails the build, naming it.
+    notebook (no outputs; a lab's solutions page then renders an unexecuted copy marked as such). A
+    notebook that fails to execute fails the build, naming it.
     """
     rel = executed_notebooks.relpath(source)
-    cp = executed_notebooks.fresh_copy(source)
+    mode = mode or executed_notebooks.modes(source)[0]
+    cp = executed_notebooks.fresh_copy(source, mode=mode)
     if cp is not None:
-        log.info("notebook %s: rendering its executed copy %s (fresh)", rel, cp.relative_to(ROOT))
+        log.info("notebook %s (%s): rendering its executed copy %s (fresh)", rel, mode, cp.relative_to(ROOT))
         return cp
     if not _executing():
-        log.info("notebook %s: not executed (MINIRL_DOCS_EXECUTE=false), rendered without outputs", rel)
-        return source
-    log.info("notebook %s: executing (no fresh executed copy)", rel)
-    run, _ = executed_notebooks.execute_once(source)
+        log.info("notebook %s (%s): not executed (MINIRL_DOCS_EXECUTE=false), rendered without outputs", rel, mode)
+        if mode != "solutions":
+            return source
+        import nbformat
+
+        nb = nbformat.read(source, as_version=4)
+        executed_notebooks.decorate(nb, source, mode)
+        cp = executed_notebooks.copy_path(source, mode)
+        cp.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(nb, cp)
+        return cp
+    log.info("notebook %s (%s): executing (no fresh executed copy)", rel, mode)
+    run, _ = executed_notebooks.execute_once(source, mode=mode)
     if run.error:
-        raise PluginError(f"notebook {rel} failed to execute (run it in Jupyter to see the cell):\n{run.error[-6000:]}")
-    log.info("notebook %s: executed in %.1f s -> %s", rel, run.wall_s, run.copy.relative_to(ROOT))
+        raise PluginError(f"notebook {rel} ({mode}) failed to execute (run it in Jupyter to see the cell):\n"
+                          f"{run.error[-6000:]}")
+    log.info("notebook %s (%s): executed in %.1f s -> %s", rel, mode, run.wall_s, run.copy.relative_to(ROOT))
     return run.copy
+
+
+SOLUTIONS_DIR = "labs/solutions"  # site folder of the labs' worked-solutions pages
+
+
+def solutions_uri(lab: Path) -> str:
+    """The site URI of a lab's worked-solutions page (`labs/solutions/<lab>.ipynb`)."""
+    return f"{SOLUTIONS_DIR}/{lab.name}"
+
+
+def solutions_title(lab: Path) -> str:
+    return f"{notebook_title(lab)} · {executed_notebooks.SOLUTIONS_TITLE}"
 
 
 def _section(index_uri: str, folder: str, docs_dir: Path) -> list:
     entries: list = [index_uri]
     if folder in NOTEBOOK_DIRS:
         entries += [{notebook_title(nb): f"{folder}/{nb.name}"} for nb in notebooks(folder)]
+    if folder == "labs" and notebooks(folder):
+        entries.append({"Worked solutions": [{solutions_title(nb): solutions_uri(nb)} for nb in notebooks(folder)]})
     for md in sorted((docs_dir / folder).glob("*.md")):
         if md.name != "index.md":
             entries.append(f"{folder}/{md.name}")
@@ -171,6 +208,13 @@ def on_files(files, config):
             files.remove(f)
             files.append(File(f.src_uri, src_dir=rendered[: -len(f.src_uri)], dest_dir=config.site_dir,
                               use_directory_urls=config.use_directory_urls, inclusion=f.inclusion))
+    for lab in notebooks("labs"):  # each lab's worked-solutions page: its solutions run
+        uri = solutions_uri(lab)
+        rendered = executed_copy(lab, mode="solutions").as_posix()
+        assert rendered.endswith("/" + uri), (rendered, uri)
+        _SOURCES[uri] = lab
+        files.append(File(uri, src_dir=rendered[: -len(uri)], dest_dir=config.site_dir,
+                          use_directory_urls=config.use_directory_urls))
     for uri, path in mathjax_files():
         files.append(File.generated(config, uri, abs_src_path=str(path)))
     return files
@@ -181,6 +225,8 @@ def on_serve(server, config, builder):
         if (ROOT / folder).is_dir():
             server.watch(str(ROOT / folder))
     server.watch(str(ROOT / "minirl"))
+    if _zh_build_wanted(config) and (ROOT / "i18n").is_dir():
+        server.watch(str(ROOT / "i18n"))
     return server
 
 
@@ -190,6 +236,9 @@ NB_LINK = re.compile(r"\[\[(chapters|labs)/(\d+)(?:\|([^\]]+))?\]\]")
 
 
 def on_page_markdown(markdown, page, config, files):
+    if config is not None and config.theme["language"] == "en" and page.file.src_uri.startswith(minirl_zh.ENGLISH_ONLY):
+        page.meta["alternate_url"] = ""  # not in the Chinese build: its language switch opens the Chinese home page
+
     def sub(m):
         folder, num, text = m.group(1), m.group(2), m.group(3)
         found = [nb for nb in notebooks(folder) if nb.name.startswith(num + "_")]
@@ -222,8 +271,34 @@ def link_citations(html: str) -> str:
     return CODE_SPAN.sub(sub, html)
 
 
+NB_HREF = re.compile(r'href="((?:\.\./)?(?:docs/|chapters/|labs/)?[\w./-]+\.(?:md|ipynb))(#[^"]*)?"')
+
+
+def notebook_links(html: str, page, files) -> str:
+    """In a notebook page, links written for Jupyter become links between site pages.
+
+    A chapter's markdown links `../docs/glossary.md#policy` or `01_sync_grpo_run_overview.ipynb`: right
+    in Jupyter and on GitHub (chapters/, labs/ and docs/ are siblings), wrong on the site, where mkdocs
+    does not rewrite a notebook's links. Each one that names a page of the site is pointed at that page's URL;
+    anything else is left as it is.
+    """
+    if not page.file.src_uri.endswith(".ipynb"):
+        return html
+    here = posixpath.dirname(page.file.src_uri)
+
+    def sub(m):
+        target = posixpath.normpath(posixpath.join(here, m.group(1)))
+        target = target.removeprefix("docs/")
+        f = files.get_file_from_path(target)
+        if f is None:
+            return m.group(0)
+        return f'href="{get_relative_url(f.url, page.url)}{m.group(2) or ""}"'
+
+    return NB_HREF.sub(sub, html)
+
+
 def on_page_content(html, page, config, files):
-    return link_citations(html)
+    return link_citations(notebook_links(html, page, files))
 
 
 # ---------------------------------------------------------------------------------------- 5
@@ -295,3 +370,36 @@ def mathjax_files() -> list[tuple[str, Path]]:
             if f.is_file():
                 out.append((f"{MATHJAX_URI}/{f.relative_to(es5).as_posix()}", f))
     return out
+
+
+# ---------------------------------------------------------------------------------------- 7
+
+ZH_CONFIG = "mkdocs.zh.yml"  # the Chinese edition; it inherits mkdocs.yml
+ZH_SUBDIR = "zh"  # where it goes in this build's site dir (mkdocs.yml's extra.alternate links there)
+
+
+def _zh_build_wanted(config) -> bool:
+    if os.environ.get("MINIRL_DOCS_ZH", "true").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return config.theme["language"] == "en" and (ROOT / ZH_CONFIG).is_file()  # the English build only
+
+
+def zh_build_command(config) -> list[str]:
+    """The command that builds the Chinese edition into this build's `<site_dir>/zh/`."""
+    cmd = [sys.executable, "-m", "mkdocs", "build", "-f", str(ROOT / ZH_CONFIG),
+           "--site-dir", str(Path(config.site_dir) / ZH_SUBDIR)]
+    return cmd + (["--strict"] if config.strict else []) + (["--quiet"] if not log.isEnabledFor(logging.INFO) else [])
+
+
+def on_post_build(config):
+    if not _zh_build_wanted(config):
+        return
+    t0 = time.perf_counter()
+    log.info("building the Chinese edition (%s) into %s/", ZH_CONFIG, Path(config.site_dir) / ZH_SUBDIR)
+    env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
+    proc = subprocess.run(zh_build_command(config), cwd=ROOT, env=env, check=False)  # its log goes to ours
+    if proc.returncode != 0:
+        raise PluginError(f"the Chinese edition failed to build (exit {proc.returncode}; its log is above): "
+                          f"mkdocs build -f {ZH_CONFIG}{' --strict' if config.strict else ''}; "
+                          "MINIRL_DOCS_ZH=false builds the English site alone")
+    log.info("the Chinese edition built in %.1f s", time.perf_counter() - t0)

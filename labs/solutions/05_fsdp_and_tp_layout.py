@@ -1,85 +1,75 @@
 """Worked solutions of lab 05 (FSDP and TP layout), kept out of the notebook.
 
-Each `exercise_<n>(nb)` takes the notebook's namespace (its `globals()`: the parameters of the first
-cell and `SETTINGS`, the batch sizes and model shapes the three runs share) and returns the answer,
-computed from them the way the exercise asks you to reason. The lab's checks call them when
-solutions are on (`SOLUTION = True` in the parameter cell, or `MINIRL_LAB_SOLUTIONS=1`, as the test
-suite runs labs); the first line of each docstring (the formula, or the reason) is printed next to the
-answer. Try the exercise before you read its solution.
+Each `exercise_<n>(nb)` takes the notebook's namespace (its `globals()`: the parameters, `DP`, `TP`, the live
+layouts ...) and returns the answer: functions, overrides or a value. The lab's checks call them when
+solutions are on (`SOLUTION = True`, or `MINIRL_LAB_SOLUTIONS=1`); the first line of each docstring is printed
+next to the answer. Try the exercise before you read its solution.
 """
 
+import math
 
-def _mini(nb) -> int:
-    s = nb["SETTINGS"]
-    return s["ppo_mini_batch_size"] * s["rollout_n"]  # the global mini-batch, in sequences
+from minirl.protocol import DataProto
+
+COLWISE = ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj")
+ROWWISE = ("o_proj", "down_proj")
 
 
 def exercise_1(nb):
-    """ppo_mini_batch_size * n / dp with dp = 2: FSDP makes every rank a data-parallel rank."""
-    return _mini(nb) // 2
+    """dispatch: chunk dp_rank(r) = r // TP for every worker r; collect: outputs[r] for r % TP == 0, concatenated."""
+    dp, tp = nb["DP"], nb["TP"]
+
+    def dispatch(worker_group, data):
+        chunks = data.chunk(dp)
+        return ([chunks[r // tp] for r in range(worker_group.world_size)],), {}
+
+    def collect(worker_group, outputs):
+        return DataProto.concat([outputs[r] for r in range(worker_group.world_size) if r % tp == 0])
+
+    return dispatch, collect
 
 
-def exercise_2(nb):
-    """ppo_mini_batch_size * n / dp with dp = 2 ranks / tp 2 = 1: both TP ranks get the whole mini-batch."""
-    return _mini(nb) // 1
+def local_shape(name, full_shape, rank, dp, tp):
+    """The shape of parameter `name` on `rank` of a dp x tp mesh."""
+    shape = list(full_shape)
+    dp_rank = rank // tp  # (dp_rank, tp_rank) = divmod(rank, tp)
+    module = name.split(".")[-2]
+    if tp > 1 and module in COLWISE:
+        shape[0] //= tp
+    elif tp > 1 and module in ROWWISE and len(shape) > 1:
+        shape[1] //= tp
+    if dp > 1:
+        part = math.ceil(shape[0] / dp)  # torch.chunk: ceil-sized parts, the last ones smaller (or empty)
+        shape[0] = max(0, min(part, shape[0] - part * dp_rank))
+    return shape
 
 
 def exercise_3(nb):
-    """(ppo_mini_batch_size * n / dp) / ppo_micro_batch_size_per_gpu with dp = 1."""
-    return _mini(nb) // 1 // nb["SETTINGS"]["ppo_micro_batch_size_per_gpu"]
+    """TP: column-parallel splits dim 0, row-parallel dim 1; then FSDP2 chunks dim 0 in ceil(size / dp) parts."""
+    return local_shape
+
+
+def exercise_2(nb):
+    """torchtitan with tp = RANKS (one dp rank), micro 1; 4 sequences = 2 prompts x n per mini-batch."""
+    n = nb["ROLLOUT_N"]
+    return ["model_engine=torchtitan", f"actor_rollout_ref.actor.torchtitan.tensor_parallel_size={nb['RANKS']}",
+            f"actor_rollout_ref.actor.ppo_mini_batch_size={4 // n}", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            f"data.train_batch_size={2 * (4 // n)}"]
+
+
+def _shares(nb, dp, tp, rank):
+    params = next(iter(nb["shards"].values()))[0]["params"]
+    total = held = 0
+    for name, p in params.items():
+        total += math.prod(p["global"])
+        held += math.prod(local_shape(name, p["global"], rank, dp, tp))
+    return held / total
 
 
 def exercise_4(nb):
-    """[0, 1]: ranks r with r // tp == 0 share data-parallel rank 0, and with it the rows."""
-    return [r for r in range(4) if r // 2 == 0]
+    """Projections split in tp parts, embedding (259 x 128, the largest) and norms whole: a bit over 1/tp."""
+    return _shares(nb, 1, nb["RANKS"], 0)
 
 
 def exercise_5(nb):
-    """[0, 2]: tp rank 0 (r % tp == 0) of each data-parallel rank reports."""
-    return [r for r in range(4) if r % 2 == 0]
-
-
-def exercise_6(nb):
-    """4 ranks / tp 2 = 2: the ranks FSDP averages gradients over, hence the loss's dp_size."""
-    return 4 // 2
-
-
-def exercise_7(nb):
-    """[vocab - ceil(vocab / 2), hidden]: 259 rows over 2 ranks; rank 0 takes ceil(259 / 2) = 130, rank 1 the other 129."""
-    s = nb["SETTINGS"]
-    return [s["vocab_size"] - (s["vocab_size"] + 1) // 2, s["hidden_size"]]
-
-
-def exercise_8(nb):
-    """[heads * head_dim / tp, hidden]: column parallel splits the output rows, 2 of the 4 heads per rank."""
-    s = nb["SETTINGS"]
-    return [s["num_attention_heads"] * s["head_dim"] // 2, s["hidden_size"]]
-
-
-def exercise_9(nb):
-    """[kv_heads * head_dim / tp, hidden]: 1 of the 2 KV heads per rank."""
-    s = nb["SETTINGS"]
-    return [s["num_key_value_heads"] * s["head_dim"] // 2, s["hidden_size"]]
-
-
-def exercise_10(nb):
-    """[hidden, heads * head_dim / tp]: row parallel splits the input columns (the heads' outputs)."""
-    s = nb["SETTINGS"]
-    return [s["hidden_size"], s["num_attention_heads"] * s["head_dim"] // 2]
-
-
-def exercise_11(nb):
-    """[vocab, hidden]: the embedding is not in minirl's TP plan, so every TP rank holds all of it."""
-    s = nb["SETTINGS"]
-    return [s["vocab_size"], s["hidden_size"]]
-
-
-def exercise_12(nb):
-    """[heads * head_dim / tp / dp, hidden]: the TP shard of 64 rows, split again over the 2 dp ranks."""
-    s = nb["SETTINGS"]
-    return [s["num_attention_heads"] * s["head_dim"] // 2 // 2, s["hidden_size"]]
-
-
-def exercise_13(nb):
-    """["all_gather", "reduce_scatter"]: FSDP2 gathers weight shards before use and reduce-scatters gradients."""
-    return ["all_gather", "reduce_scatter"]
+    """Every parameter's rows split in ceil parts: the last rank gets slightly less than 1/dp (259 = 130 + 129)."""
+    return _shares(nb, nb["RANKS"], 1, nb["RANKS"] - 1)

@@ -20,28 +20,38 @@ In verl's V1 trainer the worker used is `AgentLoopWorkerTQ` (`verl/trainer/ppo/v
 which forms the `rollout.n` sessions of each prompt itself and writes every finished trajectory
 into the TransferQueue: `minirl.agent_loop.agent_loop_tq`.
 
+Where the workers run (`actor_rollout_ref.rollout.agent.placement`, minirl only): in processes of their own,
+forked (the default without Ray) or Ray actors (verl's way), `minirl.agent_loop.worker_process`; or, with
+`inprocess`, as objects in the controller whose sessions run on its event loop (`LocalAgentLoopManagerTQ`).
+
 minirl simplifications (each also noted where it happens):
-- By default the rollout is in-process: `LLMServerClient` collects the requests that the sessions make
-  in the same event-loop turn and sends them to the rollout as ONE batch (verl sends each request to
-  vLLM/SGLang servers through `LLMServerClient`, `verl/workers/rollout/llm_server.py:197`, and the
-  servers' own schedulers batch them). With `actor_rollout_ref.rollout.nnodes=1` minirl does that too:
-  `minirl.workers.rollout.llm_server.LLMServerClient` sends each request to server processes.
-- Workers are plain objects in the trainer process (verl: Ray actors).
+- By default the rollout engine is the controller's (`rollout.nnodes=0`): the requests the sessions make in
+  the same event-loop turn go to it as ONE batch (`BatchingLLMServerClient` to the served engine from a worker
+  process, `LocalLLMServerClient` in the controller; verl sends each request to vLLM/SGLang servers through
+  `LLMServerClient`, `verl/workers/rollout/llm_server.py:197`, and the servers' own schedulers batch them).
+  With `actor_rollout_ref.rollout.nnodes=1` minirl does that too: `LLMServerClient` of the same module
+  sends each request to server processes.
 - Prompts are tokenized with the chat template directly (verl: `ct_build_initial_tokens`, `:315`).
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextvars
+import os
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from minirl.utils.config import cfg_get
-from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput
+from minirl.workers.rollout.base import SamplingParams
+from minirl.workers.rollout.llm_server import SESSION_REQUESTS, LocalLLMServerClient
+
+REPORT: contextvars.ContextVar[dict | None] = contextvars.ContextVar("minirl_agent_loop_report", default=None)
+"""What one `generate_sequences` call reports back (its sessions' timings and multi-turn records): set by
+the call, seen by every session task it starts (tasks inherit the context)."""
 
 # ----------------------------------------------------------------------------------------- outputs
 
@@ -54,7 +64,11 @@ class AgentLoopMetrics:
     `start`/`end` are the wall-clock times (unix seconds) the session began and was written,
     `score_start`/`score_end` when its reward was computed (0 when it was not, in the agent loop), and
     `score_failed` is 1 when the reward failed and the session was scored 0; so a timeline can show
-    how sessions and their rewards overlap.
+    how sessions and their rewards overlap. `pid` is the process the session ran in (an agent-loop
+    worker, or the controller), `gen_start`/`gen_end` when its first request left and its last answer came
+    back, and `engine_batches` the engine batches that computed its requests (`[server pid, batch id,
+    start, end, size, weight version]` each): with them a timeline draws generation, agent-loop work and training on rows
+    of their own processes.
     """
 
     generate_sequences: float = 0.0
@@ -65,6 +79,10 @@ class AgentLoopMetrics:
     score_start: float = 0.0
     score_end: float = 0.0
     score_failed: int = 0
+    pid: int = 0
+    gen_start: float = 0.0
+    gen_end: float = 0.0
+    engine_batches: list = field(default_factory=list)
 
 
 @dataclass
@@ -79,79 +97,11 @@ class AgentLoopOutput:
     prompt_ids: list[int]
     response_ids: list[int]
     response_mask: list[int]
-    response_logprobs: Optional[list[float]] = None
-    reward_score: Optional[float] = None
+    response_logprobs: list[float] | None = None
+    reward_score: float | None = None
     num_turns: int = 0
     metrics: AgentLoopMetrics = field(default_factory=AgentLoopMetrics)
     extra_fields: dict[str, Any] = field(default_factory=dict)
-
-
-# -------------------------------------------------------------------------------- the LLM client
-
-
-class LLMServerClient:
-    """The in-controller client: `await client.generate(request_id, prompt_ids, sampling_params)`.
-
-    Same name and call as verl's `LLMServerClient` (`verl/workers/rollout/llm_server.py:197`), which
-    routes each request to a vLLM/SGLang server (`generate`, `:240`); minirl's client of the rollout
-    server processes is `minirl.workers.rollout.llm_server.LLMServerClient`. Here requests wait in a
-    queue until every session that is ready has asked, then go to the in-process rollout as one batch
-    (`BaseRollout.generate`): the one-process debug mode (`actor_rollout_ref.rollout.nnodes=0`).
-    """
-
-    def __init__(self, rollout: BaseRollout):
-        self.rollout = rollout
-        self._pending: list[tuple[list[int], SamplingParams, asyncio.Future]] = []
-        self._flusher: Optional[asyncio.Task] = None
-        self.batches: list[int] = []  # sizes of the batches sent, for the trace
-
-    @property
-    def policy_version(self) -> int:
-        """The weight version the rollout holds now."""
-        return self.rollout.policy_version
-
-    def pop_stats(self) -> dict:
-        """What the trace records about the last rollout: the batch sizes sent to the rollout (then cleared)."""
-        stats = {"rollout_batches": list(self.batches)}
-        self.batches.clear()
-        return stats
-
-    async def generate(self, request_id: str, prompt_ids: list[int], sampling_params: SamplingParams) -> TokenOutput:
-        fut = asyncio.get_running_loop().create_future()
-        self._pending.append((prompt_ids, sampling_params, fut))
-        if self._flusher is None or self._flusher.done():
-            self._flusher = asyncio.ensure_future(self._flush())
-        return await fut
-
-    async def _flush(self):
-        # Let every runnable session reach its generate() call before sending the batch.
-        while True:
-            n = len(self._pending)
-            await asyncio.sleep(0)
-            if len(self._pending) == n:
-                break
-        pending, self._pending = self._pending, []
-        groups: dict[int, list] = {}
-        for item in pending:  # one batch per distinct SamplingParams object
-            groups.setdefault(id(item[1]), []).append(item)
-        # At most `max_num_seqs` per call (the hf rollout's sub-batch). After each call its sessions run
-        # on (and start their reward, in threads) before the next call: reward overlaps generation.
-        size = int(getattr(self.rollout, "max_num_seqs", 0) or 0) or len(pending)
-        chunks = [items[i:i + size] for items in groups.values() for i in range(0, len(items), size)]
-        for items in chunks:
-            try:
-                outs = self.rollout.generate([p for p, _, _ in items], items[0][1])
-            except Exception as e:  # surface the rollout's error in every waiting session
-                for _, _, fut in items:
-                    if not fut.done():
-                        fut.set_exception(e)
-                continue
-            self.batches.append(len(items))
-            for (_, _, fut), out in zip(items, outs):
-                fut.set_result(out)
-            if len(chunks) > 1:
-                for _ in range(4):  # the sessions just answered reach their reward call
-                    await asyncio.sleep(0)
 
 
 # --------------------------------------------------------------------------------- agent loops
@@ -184,7 +134,7 @@ class AgentLoopBase:
     sample's non-tensor fields (raw_prompt, data_source, reward_model, extra_info, ...).
     """
 
-    def __init__(self, rollout_config, server_manager: LLMServerClient, tokenizer, **kwargs):
+    def __init__(self, rollout_config, server_manager, tokenizer, **kwargs):
         # kwargs: what a subclass takes on top (ToolAgentLoop: tools=); verl passes tools= to every loop too
         self.rollout_config = rollout_config
         self.server_manager = server_manager
@@ -224,7 +174,8 @@ class AgentLoopWorker:
             reward to the trainer's colocated reward stage.
     """
 
-    def __init__(self, config, tokenizer, llm_client: LLMServerClient, reward_loop_worker_handles=None):
+    def __init__(self, config, tokenizer, llm_client, reward_loop_worker_handles=None,
+                 teacher_client: dict | None = None):
         self.config = config
         self.rollout_config = config.actor_rollout_ref.rollout
         self.tokenizer = tokenizer
@@ -234,6 +185,17 @@ class AgentLoopWorker:
         # verl: tools loaded once per worker (`AgentLoopWorker.__init__`), handed to every agent loop
         self.tools = load_tools(self.rollout_config)
         self.multi_turn_sessions: list[dict] = []  # ToolAgentLoop session records, read by the trace
+        # on-policy distillation: the teachers' clients (verl: `AgentLoopWorker.__init__`, "Online policy distillation")
+        self.distillation_enabled = bool(cfg_get(cfg_get(config, "distillation"), "enabled", False))
+        self.teacher_server_manager = None
+        if self.distillation_enabled:
+            if not teacher_client:
+                raise ValueError("distillation.enabled=True but the agent loop got no teacher client; the trainer "
+                                 "starts the teacher servers (MultiTeacherModelManager) and passes teacher_client=.")
+            from minirl.teacher_loop import AsyncTeacherLLMServerManager
+
+            self.teacher_key = str(config.distillation.teacher_key)
+            self.teacher_server_manager = AsyncTeacherLLMServerManager(config, teacher_client)
 
     def sampling_params(self, validate: bool, seed: int | None = None) -> SamplingParams:
         """The rollout keys as sampling parameters; `rollout.val_kwargs` when validating (verl: `generate_sequences`)."""
@@ -248,14 +210,25 @@ class AgentLoopWorker:
                                                 tools=self.tools)
         version_before = self.server_manager.policy_version
         started = time.time()
+        requests: list[dict] = []
+        SESSION_REQUESTS.set(requests)  # this session's task only (each task has its own context)
         output = await loop.run(sampling_params, **kwargs)
         output.metrics.start = started
+        output.metrics.pid = os.getpid()
+        if requests:  # when its generation ran, and in which engine batches (for the trace's timeline)
+            output.metrics.gen_start = min(r["sent"] for r in requests)
+            output.metrics.gen_end = max(r["received"] for r in requests)
+            output.metrics.engine_batches = [[r["server_pid"], r["batch"], r["batch_start"], r["batch_end"],
+                                              r["batch_size"], r["global_steps"]] for r in requests
+                                             if r["batch"] is not None]
         # verl tags trajectories with the weight version span (extra_fields min/max_global_steps); an
         # agent loop sets them from its TokenOutputs, these are the fallback for one that does not.
         output.extra_fields.setdefault("min_global_steps", version_before)
         output.extra_fields.setdefault("max_global_steps", self.server_manager.policy_version)
         if "multi_turn" in output.extra_fields:
-            self.multi_turn_sessions.append(output.extra_fields["multi_turn"])
+            report = REPORT.get()
+            (report["multi_turn_sessions"] if report is not None else self.multi_turn_sessions).append(
+                output.extra_fields["multi_turn"])
         return await self._agent_loop_postprocess(output, trajectory["validate"], **kwargs)
 
     async def _compute_score(self, outputs: list[AgentLoopOutput], kwargs: dict) -> None:
@@ -279,6 +252,25 @@ class AgentLoopWorker:
         final.metrics.score_failed = int("reward_failure" in result)
         final.metrics.compute_score = final.metrics.score_end - final.metrics.score_start
 
+    async def _compute_teacher_logprobs(self, output: AgentLoopOutput, prompt_ids: list[int], response_ids: list[int],
+                                        validate: bool, sample_kwargs: dict | None = None) -> None:
+        """The teacher's log-probs of this training session's tokens, into `output.extra_fields`.
+
+        `teacher_ids` / `teacher_logprobs` are `[P + R, K]`, row `i` scoring token `i + 1` of prompt +
+        response (K = `distillation_loss.topk` for a top-k loss, else 1). Validation sessions are not
+        scored. verl: `AgentLoopWorker._compute_teacher_logprobs`, called from
+        `AgentLoopWorkerTQ._agent_loop_postprocess` (`verl/trainer/ppo/v1/agent_loop_tq.py:150`) right
+        after the reward.
+        """
+        if not self.distillation_enabled or validate:
+            return
+        routing = (sample_kwargs or {}).get(self.teacher_key)
+        routing = routing.item() if hasattr(routing, "item") else routing
+        ids, logprobs = await self.teacher_server_manager.compute_teacher_logprobs_single(
+            list(prompt_ids) + list(response_ids), routing_key=routing)
+        output.extra_fields["teacher_ids"] = ids
+        output.extra_fields["teacher_logprobs"] = logprobs
+
     async def _agent_loop_postprocess(self, output: AgentLoopOutput, validate: bool, **kwargs) -> AgentLoopOutput:
         """Score the session (if a reward-loop worker is given) and return it; subclasses store it."""
         await self._compute_score([output], kwargs)
@@ -292,7 +284,7 @@ class AgentLoopManager:
     `generate_sequences` (`:1201`) chunks the batch over Ray `AgentLoopWorker`s. minirl's workers
     share one client, so `agent.num_workers > 1` only changes how the batch is split.
 
-    `rollout` is the in-controller `BaseRollout` (the batching client above) or a
+    `rollout` is the in-controller `BaseRollout` (behind a `LocalLLMServerClient`) or a
     `minirl.workers.rollout.llm_server.LLMServerManager` of rollout servers (its `get_client()`:
     every request goes out on its own, load balanced over the server processes).
     """
@@ -303,13 +295,14 @@ class AgentLoopManager:
         self.config = config
         self.rollout = rollout
         # verl: LLMServerManager.get_client()
-        self.llm_client = rollout.get_client() if hasattr(rollout, "get_client") else LLMServerClient(rollout)
+        self.llm_client = rollout.get_client() if hasattr(rollout, "get_client") else LocalLLMServerClient(rollout)
         n = max(1, int(config.actor_rollout_ref.rollout.agent.num_workers))
         self.agent_loop_workers = [
             self.agent_loop_workers_class(config, tokenizer, self.llm_client, reward_loop_worker_handles,
                                           **worker_kwargs) for _ in range(n)]
 
-    def _chunks(self, batch):
+    def split_prompts(self, batch):
+        """`(worker, its consecutive share of the prompts)` for every worker that gets at least one prompt."""
         k = len(self.agent_loop_workers)
         bounds = np.linspace(0, len(batch), k + 1).astype(int)
         return [(w, batch[int(a):int(b)]) for w, a, b in zip(self.agent_loop_workers, bounds[:-1], bounds[1:]) if b > a]

@@ -19,9 +19,10 @@ One session, turn by turn (`AgentData` holds its state):
 The reward is not computed here: the whole trajectory gets one terminal score (the reward function
 reads the decoded response, observations included), placed on the last response token, and GRPO
 spreads the sequence-level advantage over every token with `response_mask` 1. Tool failures (an
-unparsable call, an unknown tool, arguments that are not a JSON object, a tool that raises, a
-tool-reported error such as a timeout) never end the session: verl turns them into observation text
-the model reads next turn (an unparsable hermes block is dropped, as in verl), and minirl counts them.
+unparsable call, an unknown tool, arguments that are not a JSON object, a tool that raises, a call
+that runs past `multi_turn.tool_timeout` (minirl only: `minirl.tools.calling`), a tool-reported
+error) never end the session: verl turns them into observation text the model reads next turn (an
+unparsable hermes block is dropped, as in verl), and minirl counts them.
 
 Mirrors `verl/experimental/agent_loop/tool_agent_loop.py`: `AgentState` (`:48`), `AgentData` (`:55`),
 `ToolAgentLoop` (`:99`) with `run` (`:124`), `_handle_pending_state` (`:207`),
@@ -50,6 +51,7 @@ from typing import Any
 from minirl.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 from minirl.agent_loop.continuous_token import ContinuousTokenBuilder, token_roles, tokenization_sanity_check
 from minirl.agent_loop.tool_parser import FunctionCall, ToolParser
+from minirl.tools.calling import ToolTimeout, call_tool
 from minirl.tools.schemas import OpenAIFunctionCallSchema, OpenAIFunctionParsedSchema, ToolResponse
 from minirl.utils.config import cfg_get
 
@@ -146,6 +148,7 @@ class ToolAgentLoop(AgentLoopBase):
         self.max_tool_response_length = int(cfg_get(mt, "max_tool_response_length", 256))
         self.tool_response_truncate_side = str(cfg_get(mt, "tool_response_truncate_side", "middle"))
         self.sanity_check_mode = str(cfg_get(mt, "tokenization_sanity_check_mode", "strict"))
+        self.tool_timeout = float(cfg_get(mt, "tool_timeout", 60.0))
         self.tools = {tool.name: tool for tool in (tools or [])}
         self.tool_schemas = [tool.tool_schema.model_dump() for tool in (tools or [])]
         self.tool_parser = ToolParser.get_tool_parser(str(cfg_get(mt, "format", "hermes")), tokenizer)
@@ -285,18 +288,19 @@ class ToolAgentLoop(AgentLoopBase):
         except (json.JSONDecodeError, TypeError) as e:
             agent_data.fail("bad_json")
             return ToolResponse(text=f"Invalid JSON in arguments for '{name}': {e}"), 0.0, {}
-        tool, instance_id = agent_data.active_tools[name], None
-        try:
-            kwargs = tools_kwargs.get(name, {}) if isinstance(tools_kwargs, dict) else {}
-            instance_id, _ = await tool.create(create_kwargs=kwargs.get("create_kwargs", {}))
-            response, reward, info = await tool.execute(instance_id, arguments, agent_data=agent_data)
+        tool = agent_data.active_tools[name]
+        kwargs = tools_kwargs.get(name, {}) if isinstance(tools_kwargs, dict) else {}
+        try:  # minirl: create / execute / release under multi_turn.tool_timeout (verl awaits them, no timeout)
+            response, reward, info = await call_tool(tool, arguments, self.tool_timeout, agent_data=agent_data,
+                                                     create_kwargs=kwargs.get("create_kwargs", {}))
+        except ToolTimeout as e:
+            agent_data.fail("timeout")
+            warn_limited("tool timeout", f"tool {name!r} {e}")
+            return ToolResponse(text=f"Error executing tool '{name}': {e}"), 0.0, {}
         except Exception as e:  # noqa: BLE001 (a tool's own bug must not end the rollout)
             agent_data.fail("exception")
             warn_limited("tool exception", f"tool {name!r} raised {type(e).__name__}: {e}")
             return ToolResponse(text=f"Error executing tool '{name}': {e}"), 0.0, {}
-        finally:
-            if instance_id is not None:
-                await tool.release(instance_id)
         if isinstance(info, dict) and info.get("error"):
             agent_data.fail(str(info["error"]))  # the tool's own failure report (e.g. timeout)
         return response, reward, info

@@ -24,7 +24,7 @@ DATA = Path(__file__).parent / "data"
 GITHUB = "https://github.com/verl-project/verl/blob/1dda039b9c6311889a9c9a26040677e1254814f9"
 
 CITE = re.compile(r"((?:verl|examples|tests|recipe|docs)/[\w./-]+\.(?:py|yaml|sh|md|rst))(?::(\d+))?")
-NAME_BEFORE = re.compile(r"`([A-Za-z_][\w.]*)(?:\(\))?`\s*\(?`?\s*$")
+NAME_BEFORE = re.compile(r"`([A-Za-z_][\w.]*)(?:\(\))?`\s*[(\uff08]?`?\s*$")  # ( or the Chinese edition's full-width （
 PLACEHOLDERS = {"verl/path.py", "verl/x.py"}  # how the docs write "a citation" in prose
 
 
@@ -107,7 +107,7 @@ def project_files(root: Path) -> list[Path]:
         files = [p for p in root.rglob("*") if p.is_file()]
     keep = (".py", ".md", ".ipynb", ".yaml", ".yml")
     return [f for f in files if f.suffix in keep and "anchors/data" not in str(f) and f.exists()
-            and not str(f.relative_to(root)).startswith(("traces/", ".venv", "tests/test_anchors.py"))]
+            and not str(f.relative_to(root)).startswith(("traces/", ".venv", "tests/unit/test_anchors.py"))]
 
 
 def check_project(root=".", commit: str = PIN) -> list[str]:

@@ -22,7 +22,7 @@ def project_root() -> Path:
     """The minirl checkout: the first folder up from cwd with minirl's pyproject, else the package's parent."""
     for d in [Path.cwd(), *Path.cwd().parents]:
         py = d / "pyproject.toml"
-        if py.is_file() and 'name = "minirl"' in py.read_text(errors="ignore"):
+        if py.is_file() and 'name = "minirl-verl"' in py.read_text(errors="ignore"):  # the distribution's name
             return d
     return Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,8 @@
 - `nccl_checkpoint_engine`: `NCCLCheckpointEngine`, `backend=nccl`: buckets broadcast from actor rank 0
   to the rollout server processes (`torch.distributed`: gloo on CPU, NCCL on GPU).
 - `manager`: `CheckpointEngineManager`: sleep/wake, abort/resume, KV cache, `update_weights(global_steps)`.
-- `worker`: the actor workers' side (their engine, the gather, the send).
+- the actor workers' side (their engine, the gather, the send) is `ActorRolloutRefWorker.update_weights` and
+  `execute_checkpoint_engine` in `minirl.workers.engine_workers`, as in verl.
 
 `from minirl.checkpoint_engine import CheckpointEngineManager` is the trainer's entry point.
 """

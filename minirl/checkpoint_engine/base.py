@@ -241,6 +241,12 @@ class CheckpointEngine(ABC):
     with its share, and `finalize` after a sync.
     """
 
+    receiver_backend: str | None = None
+    """The registered backend the rollout servers build to receive (None: this one). Servers are other
+    processes and build their engine by name there, so a subclass defined where only the trainer runs (a
+    notebook) that changes how it sends sets this to the backend it stays compatible with (minirl only:
+    verl's servers import every backend they are asked for)."""
+
     @abstractmethod
     def prepare(self) -> dict[str, Any]:
         """Allocate the bucket buffers; return what `build_topology` needs from this member."""

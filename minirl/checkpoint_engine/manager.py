@@ -192,7 +192,9 @@ class CheckpointEngineManager:
     async def _build_process_group(self) -> None:
         """Prepare every member, build the topology, join the group (verl: `build_process_group`)."""
         wg, world = self.actor_wg, self.actor_wg.world_size
-        engine_args = {"backend": self.backend, "bucket_size": self.bucket_size}
+        # the servers build the receiving side by name in their own processes (a subclass may send with a
+        # packing of its own and receive as a registered backend does: CheckpointEngine.receiver_backend)
+        engine_args = {"backend": self.backend_cls.receiver_backend or self.backend, "bucket_size": self.bucket_size}
         actor_meta = await asyncio.to_thread(wg.execute_checkpoint_engine, ["prepare"] * world, [{}] * world)
         rollout_meta = await asyncio.gather(*(r.execute_checkpoint_engine("prepare", **engine_args)
                                               for r in self.replicas))

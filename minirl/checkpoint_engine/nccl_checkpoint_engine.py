@@ -208,7 +208,7 @@ class NCCLCheckpointEngine(CheckpointEngine):
             raise RuntimeError(f"rank {self.rank} is a rollout member: it receives weights, it does not send them.")
         t_start = time.perf_counter()
         buckets, names = [], set()
-        packed = pack_buckets(split_weight_chunks(weights, self.bucket_size), self.bucket_size)
+        packed = self.pack(weights)
         current = next(packed, None)
         while current is not None:
             following = next(packed, None)  # one bucket of look-ahead tells whether this one is the last
@@ -255,4 +255,15 @@ class NCCLCheckpointEngine(CheckpointEngine):
 
     def receive_weights(self, global_steps: int | None = None) -> Iterator[tuple[str, torch.Tensor]]:
         """Yield whole `(name, tensor)` pairs as the buckets arrive (each a copy, on the engine's device)."""
-        yield from merge_weight_chunks(self._receive_weight_chunks())
+        yield from self.merge(self._receive_weight_chunks())
+
+    # ------------------------------------------------------------------------------ packing
+    # minirl factors the packing out of send_weights / receive_weights, so that a registered subclass can
+    # replace it (lab 06); verl's NCCLCheckpointEngine packs inline in both methods.
+    def pack(self, weights: Iterable[tuple[str, torch.Tensor]]) -> Iterator[tuple[list, int]]:
+        """`(chunks with their in-bucket offsets, bucket length)` per bucket: `split_weight_chunks` then `pack_buckets`."""
+        return pack_buckets(split_weight_chunks(weights, self.bucket_size), self.bucket_size)
+
+    def merge(self, chunks: Iterable[tuple[TensorMeta, torch.Tensor]]) -> Iterator[tuple[str, torch.Tensor]]:
+        """Whole `(name, tensor)` pairs from the received chunks, in order: `merge_weight_chunks`."""
+        return merge_weight_chunks(chunks)

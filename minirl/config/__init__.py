@@ -13,6 +13,11 @@ visible steps:
    (`minirl.config.unimplemented`), values verl's dataclasses would reject (`minirl.config.values`),
    the names of algorithms and the batch-size arithmetic. It reports every problem at once.
 
+What a config implies (which models run, ranks, replicas, one step's batch arithmetic) is computed
+from it by `minirl.config.derived`, so that every stage reads one answer; `ConfigError` lives in
+`minirl.config.errors`, which imports nothing of minirl. This package imports no stage (trainer,
+workers, agent loop): it is the leaf every stage reads (DESIGN.md section 6).
+
 `load(overrides)` runs all three and returns an OmegaConf `DictConfig` (attribute access, as in verl).
 `load_sft(overrides)` does the same for the SFT warm start's `minirl/config/sft_trainer.yaml`
 (schema and checks: `minirl.config.sft`). Every `ConfigError` message names the file, the key, the
@@ -29,7 +34,9 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
-from minirl.config.validate import ConfigError, derived_numbers, explain, validate
+from minirl.config.derived import derived_numbers
+from minirl.config.errors import ConfigError
+from minirl.config.validate import explain, validate
 
 CONFIG_DIR = Path(__file__).parent
 CONFIG_NAME = "ppo_trainer"
@@ -63,7 +70,7 @@ def _schema(config_name: str):
 
 
 # Config groups a command line may choose (`model_engine=torchtitan`), their options, and what verl has beyond them.
-GROUPS = {"model_engine": (("dp", "torchtitan"), "megatron, veomni")}
+GROUPS = {"model_engine": (("dp", "torchtitan", "megatron"), "veomni")}
 
 
 def group_choices(cfg) -> tuple[tuple[str, str], ...]:
@@ -79,7 +86,7 @@ def _group_overrides(parsed) -> tuple[tuple[str, str], ...]:
             options, verl_also = GROUPS[o.key_or_group]
             value = str(o.value())
             if value not in options:
-                raise ConfigError(f"{o.key_or_group}={value}: minirl has {' and '.join(options)} "
+                raise ConfigError(f"{o.key_or_group}={value}: minirl has {', '.join(options)} "
                                   f"(verl also: {verl_also}). Fix: {o.key_or_group}={options[-1]}, or drop it.")
             out.append((o.key_or_group, value))
     return tuple(out)
@@ -166,9 +173,10 @@ def _check_override_keys(overrides: list[str], config_name: str) -> None:
         key = o.key_or_group
         if key in GROUPS:
             continue
-        if ".torchtitan." in f".{key}." and ("model_engine", "torchtitan") not in choices:
-            raise ConfigError(f"config key {key!r} exists only with model_engine=torchtitan (the torchtitan engine's "
-                              f"mesh). Fix: add model_engine=torchtitan to the overrides.")
+        for engine, what in (("torchtitan", "the torchtitan engine's mesh"), ("megatron", "the Megatron layout")):
+            if f".{engine}." in f".{key}." and ("model_engine", engine) not in choices:
+                raise ConfigError(f"config key {key!r} exists only with model_engine={engine} ({what}). "
+                                  f"Fix: add model_engine={engine} to the overrides.")
         exists = OmegaConf.select(raw, key, default=missing, throw_on_resolution_failure=False) is not missing
         if o.is_add() or o.is_force_add():  # a new key: only inside a dict-valued key (the schema has no others)
             if not exists and _open_dict(key, config_name) is None and key not in known_keys(config_name):

@@ -22,7 +22,11 @@ from pathlib import Path
 
 from minirl.utils.py_functional import flatten_dict
 
-__all__ = ["component_of", "config_changes", "config_readers", "flatten_config", "record_config_reads"]
+__all__ = ["add_config_reads", "component_of", "config_changes", "config_readers", "flatten_config",
+           "record_config_reads", "recording_config_reads"]
+
+_ACTIVE: list[dict] = []
+"""The `reads` dicts of the `record_config_reads` blocks now open in this process."""
 
 _ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `minirl` package
 
@@ -30,7 +34,7 @@ _ROOT = Path(__file__).resolve().parents[2]  # the folder holding the `minirl` p
 _COMPONENTS = [
     ("minirl/trainer/ppo/", "trainer (controller)"),
     ("minirl/trainer/main_ppo.py", "trainer (controller)"),
-    ("minirl/trainer/core_algos.py", "trainer (controller)"),
+    ("minirl/trainer/ppo/core_algos.py", "trainer (controller)"),
     ("minirl/single_controller/", "trainer (controller)"),
     ("minirl/workers/engine_workers.py", "actor / critic worker"),
     ("minirl/workers/engine/", "actor / critic worker"),
@@ -91,7 +95,9 @@ def record_config_reads():
     Yields a dict `{dotted key: {file, ...}}` that fills up as the code reads `cfg.a.b`, `cfg["a"]`,
     `cfg.get("a")` or `cfg_get(cfg, "a")` on any OmegaConf `DictConfig`. It patches `DictConfig`'s three
     accessors for the duration of the block (all threads of this process), so keep the block to one
-    run. Reads made in other processes (Ray workers, `trainer.worker_group=ray`) are not seen.
+    run. Reads made in other processes are not seen, except those of agent-loop worker processes and actors,
+    which record their own while this block is open and send them back with each report (`add_config_reads`);
+    Ray training workers' reads (`trainer.worker_group=ray`) are not seen.
     """
     from omegaconf import DictConfig
 
@@ -121,11 +127,25 @@ def record_config_reads():
 
     for name in originals:
         setattr(DictConfig, name, wrap(name))
+    _ACTIVE.append(reads)
     try:
         yield reads
     finally:
+        _ACTIVE.remove(reads)
         for name, orig in originals.items():
             setattr(DictConfig, name, orig)
+
+
+def recording_config_reads() -> bool:
+    """Whether a `record_config_reads` block is open in this process (an agent-loop worker then records too)."""
+    return bool(_ACTIVE)
+
+
+def add_config_reads(reads: dict) -> None:
+    """Add `{dotted key: [file, ...]}` read in another process (an agent-loop worker) to every open recording."""
+    for active in _ACTIVE:
+        for key, files in reads.items():
+            active.setdefault(key, set()).update(files)
 
 
 def config_readers(reads: dict, key: str) -> dict[str, list[str]]:

@@ -18,9 +18,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from minirl.config.schema_async import RolloutCorrectionConfig, TrainerV1Config
+from minirl.config.schema_distillation import DistillationConfig
 from minirl.config.schema_engine import (
     CheckpointContentsConfig,
     FSDPConfig,
+    MegatronEngineConfig,
     ModelConfig,
     OptimConfig,
     TorchtitanEngineConfig,
@@ -146,9 +148,11 @@ class ActorConfig:
     """`actor_rollout_ref.actor`: the policy being trained (verl: `ActorConfig`, `verl/workers/config/actor.py:105`)."""
 
     strategy: str = "fsdp2"
-    """The training engine, set by `model_engine`: fsdp2 (dp) or torchtitan (verl also: fsdp, megatron, veomni)."""
+    """The training engine, set by `model_engine`: fsdp2 (dp), torchtitan or megatron (verl also: fsdp, veomni)."""
     torchtitan: TorchtitanEngineConfig | None = None
     """The torchtitan engine's mesh (present with `model_engine=torchtitan`)."""
+    megatron: MegatronEngineConfig | None = None
+    """The Megatron-layout engine's tp x pp x dp layout (present with `model_engine=megatron`)."""
     rollout_n: int = 8
     """Copied from `rollout.n` (as in verl); set `rollout.n`. Not implemented by minirl: must stay at its default
     (see `minirl.config.unimplemented`)."""
@@ -194,7 +198,8 @@ class ActorConfig:
     use_prefix_grouper: bool = True
     """Run each distinct prompt of a micro-batch once and continue its `n` responses from a shared KV cache, in the
     actor's log-prob and update forwards (`minirl.workers.engine.forward_layout`): same numbers to float rounding,
-    ~3x less work at n=8. verl's default is false (its PrefixGrouper is a separate package on the legacy path)."""
+    ~3x less work at n=8. verl's default is false (its PrefixGrouper is a separate package on the legacy path).
+    The Megatron-layout engine (`model_engine=megatron`) does not apply it."""
     use_kl_loss: bool = False
     """Add `kl_loss_coef * KL(actor || ref)` to the policy loss (GRPO's KL)."""
     kl_loss_coef: float = 0.001
@@ -224,6 +229,8 @@ class RefConfig:
     """Same backend as the actor (follows `actor.strategy`)."""
     torchtitan: TorchtitanEngineConfig | None = None
     """The torchtitan engine's mesh, the actor's by default (present with `model_engine=torchtitan`)."""
+    megatron: MegatronEngineConfig | None = None
+    """The Megatron-layout engine's layout, the actor's by default (present with `model_engine=megatron`)."""
     log_prob_micro_batch_size: int | None = None
     """Deprecated in verl; use the `_per_gpu` key. Not implemented by minirl: must stay at its default (see
     `minirl.config.unimplemented`)."""
@@ -254,12 +261,32 @@ class SamplingKwargs:
 
 @dataclass
 class AgentConfig:
-    """`rollout.agent`: the agent-loop workers (verl: `AgentLoopConfig`)."""
+    """`rollout.agent`: the agent-loop workers (verl: `AgentLoopConfig`; `minirl.agent_loop.worker_process`)."""
 
     num_workers: int = 1
-    """AgentLoopWorkers that share the sessions."""
+    """Agent-loop workers that share the sessions, each a process of its own (verl: Ray actors, verl's default
+    `rollout.agent.num_workers=8`). minirl's default is 1: on a 2-core machine the trainer, the rollout and one
+    agent-loop process already use both cores (more workers only add processes that compete for them), and with
+    one worker a sync run is reproducible: the rollout engine sees the same batches in the same order."""
+    placement: str = "auto"
+    """minirl only: where the workers run. process: OS processes forked from a fork server (started once per
+    controller process) | ray: Ray actors (verl's way) | inprocess: objects in the controller, their sessions on
+    its event loop (the one-process path a debugger steps through; fault injection uses it) | auto: ray when the
+    trainer's workers are Ray actors (`trainer.worker_group`), else process."""
     default_agent_loop: str = "single_turn_agent"
     """Agent loop for rows that do not name one."""
+
+
+@dataclass
+class RolloutServerConfig:
+    """`rollout.server`: how long a rollout server may stay silent (verl: `ServerConfig`,
+    `verl/workers/config/rollout.py:96`, a dataclass field that verl's YAML leaves out)."""
+
+    timeout: float = 60.0
+    """Seconds a rollout server process (`rollout.nnodes=1`) may answer nothing, not even the controller's ping
+    every second, before it counts as hung (stopped, deadlocked) and the run stops with one line naming it;
+    control calls (status, set_global_steps, ...) must answer within it too. verl: the HTTP request timeout
+    to an SGLang server (default 60)."""
 
 
 @dataclass
@@ -325,10 +352,18 @@ class RolloutConfig:
     n_gpus_per_node: int = 1
     """Devices per rollout node (copied from `trainer.n_gpus_per_node`); with `nnodes=1`, replicas =
     `n_gpus_per_node // (tensor * data * pipeline parallel)`; on CPU each "device" is one server process."""
+    nice: int | None = None
+    """minirl only: the scheduling niceness (0-19) of the processes that generate: the rollout server processes and
+    the agent-loop workers. With more busy processes than cores (3 on a 2-core laptop in separate_async), the OS
+    shares the cores evenly and the trainer, the critical path of an overlapped step, runs at 2/3 speed; niced, the
+    generation side takes what the trainer leaves (it has slack: it works one batch ahead). null: 5 in
+    separate_async, 0 otherwise (in sync and colocate_async generation and training take turns)."""
     data_parallel_size: int = 1
     """Data-parallel ranks inside one replica (verl: vLLM/SGLang DP); minirl's replica is one engine: 1."""
     pipeline_model_parallel_size: int = 1
     """Pipeline stages inside one replica (verl: vLLM/SGLang PP); minirl's replica is one engine: 1."""
+    server: RolloutServerConfig = field(default_factory=RolloutServerConfig)
+    """Rollout server processes: when a silent one counts as hung."""
     max_num_seqs: int = 256
     """Most sequences decoded together."""
     max_model_len: int | None = None
@@ -354,6 +389,11 @@ class RolloutConfig:
     """Agent-loop workers."""
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
     """Weight transport to the rollout."""
+
+
+ROLLOUT_DEFAULTS = RolloutConfig()
+"""The rollout section's defaults, for rollouts handed a partial section (tests, notebooks): the same values as
+the YAML's, so no rollout keeps a fallback of its own."""
 
 
 @dataclass
@@ -383,9 +423,11 @@ class CriticConfig:
     enable: bool | None = None
     """null: on exactly when the advantage estimator needs values (gae)."""
     strategy: str = "fsdp2"
-    """Training backend, set by `model_engine`: fsdp2 (dp) or torchtitan."""
+    """Training backend, set by `model_engine`: fsdp2 (dp), torchtitan or megatron."""
     torchtitan: TorchtitanEngineConfig | None = None
     """The critic's own torchtitan mesh (present with `model_engine=torchtitan`; tensor_parallel_size 1 as in verl)."""
+    megatron: MegatronEngineConfig | None = None
+    """The critic's own Megatron layout (present with `model_engine=megatron`; every size 1 unless set, as in verl)."""
     rollout_n: int = 8
     """Copied from `rollout.n`. Not implemented by minirl: must stay at its default (see
     `minirl.config.unimplemented`)."""
@@ -440,6 +482,22 @@ class KLControlConfig:
 
 
 @dataclass
+class FilterGroupsConfig:
+    """`algorithm.filter_groups`: DAPO's dynamic sampling (verl: `FilterGroupsConfig`, `verl/trainer/config/algorithm.py:43`)."""
+
+    enable: bool = False
+    """Drop finished groups whose `metric` is the same for all their responses (no reward spread, all-zero GRPO
+    advantages) and generate new prompts in their place (sync mode; `minirl.trainer.ppo.replay_buffer`)."""
+    metric: str | None = None
+    """The `reward_extra_info` key compared: `acc` (what a score function returning a number reports), `score`, ..."""
+    max_num_gen_batches: int = 0
+    """verl's V1 trainer ignores it (its legacy DAPO trainer stopped after this many generation batches); minirl
+    stops with an error after refilling this many train batches in one step (0: one pass over the prompts)."""
+    max_inflight_gen_batches: int = 1
+    """Refill at most this many train batches of prompts at a time."""
+
+
+@dataclass
 class AlgoConfig:
     """`algorithm`: advantage estimator and KL-in-reward (verl: `AlgoConfig`, `verl/trainer/config/algorithm.py:620`)."""
 
@@ -452,6 +510,8 @@ class AlgoConfig:
     | remax | gpg | opo | grpo_passk | optimal_token_baseline | tir_optimal_token_baseline."""
     norm_adv_by_std_in_grpo: bool = True
     """GRPO divides by the group std (False: Dr. GRPO's mean-only baseline)."""
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    """DAPO's dynamic sampling."""
     use_kl_in_reward: bool = False
     """Subtract beta * KL(old || ref) from the token rewards."""
     kl_penalty: str = "kl"
@@ -476,8 +536,8 @@ class TrainerConfig:
 
     balance_batch: bool = True
     """Reorder the step's sequences so each data-parallel rank's chunk carries about the same workload
-    (`PPOTrainer._balance_batch`). verl V1 balances every step and reads this key only in the legacy
-    trainer; minirl balances unless it is false. On one rank it changes nothing."""
+    (`PPOTrainer._balance_batch`). verl V1 balances every step and never reads this key (its legacy
+    `RayPPOTrainer` and the experimental trainers do); minirl balances unless it is false. On one rank it changes nothing."""
     total_epochs: int = 1
     """Passes over the training prompts."""
     total_training_steps: int | None = None
@@ -569,7 +629,8 @@ class MinirlConfig:
     """The whole trainer config, group by group, as in verl's `ppo_trainer.yaml`."""
 
     model_engine: str = "dp"
-    """The Hydra group choice that picks every role's engine files: dp (FSDP2) | torchtitan (TP x FSDP2)."""
+    """The Hydra group choice that picks every role's engine files: dp (FSDP2) | torchtitan (TP x FSDP2) | megatron
+    (TP x PP x DP)."""
     data: DataConfig = field(default_factory=DataConfig)
     actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
     critic: CriticConfig = field(default_factory=CriticConfig)
@@ -579,3 +640,5 @@ class MinirlConfig:
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     trace: TraceConfig = field(default_factory=TraceConfig)
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    """On-policy distillation (`minirl.config.schema_distillation`)."""

@@ -7,8 +7,11 @@ verl: the `trainer.v1` block of `verl/trainer/config/_generated_ppo_trainer.yaml
 Every key verl has at the pin is here. minirl implements all of them except the separate_async hybrid
 switch (`hybrid_rollout.*`), the custom sampler (`sampler.custom_sampler.*`, `sampler_kwargs`) and
 `sampler.sync_refill_failed_groups`, which must stay at their defaults (`minirl.config.unimplemented`).
-`async_problems` checks the values and verl's asserts at load time. Kept apart from
+`minirl.config.values` checks the values and verl's asserts at load time. Kept apart from
 `minirl.config.schema` so each file stays small; `schema.AlgoConfig` and `schema.TrainerConfig` use it.
+The rollout-correction thresholds are strings or numbers: `parse_rollout_is_threshold` and
+`parse_rollout_rs_thresholds` say what they mean, for the config check and for the formulas
+(`minirl.trainer.ppo.rollout_corr_helper`) alike.
 """
 
 from __future__ import annotations
@@ -16,10 +19,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from omegaconf import OmegaConf
-
-__all__ = ["TRAINER_MODES", "ColocateAsyncConfig", "HybridRolloutSwitchConfig", "RolloutCorrectionConfig",
-           "SamplerConfig", "SeparateAsyncConfig", "TrainerV1Config", "async_problems"]
+__all__ = [
+    "ROLLOUT_RS_OPTIONS",
+    "TRAINER_MODES",
+    "ColocateAsyncConfig",
+    "HybridRolloutSwitchConfig",
+    "RolloutCorrectionConfig",
+    "SamplerConfig",
+    "SeparateAsyncConfig",
+    "TrainerV1Config",
+    "parse_rollout_is_threshold",
+    "parse_rollout_rs_thresholds",
+]
 
 TRAINER_MODES = ("sync", "colocate_async", "separate_async")
 """verl's registered V1 trainers (`register_trainer`), all three implemented by minirl."""
@@ -76,13 +87,13 @@ class SeparateAsyncConfig:
 
 @dataclass
 class CustomSamplerConfig:
-    """`trainer.v1.sampler.custom_sampler`: a user ReplayBuffer subclass. Not implemented by minirl: must stay at
-    its default (see `minirl.config.unimplemented`)."""
+    """`trainer.v1.sampler.custom_sampler`: a user ReplayBuffer subclass (verl: `_build_replay_buffer`). minirl takes
+    a subclass of its `ReplayBufferAsync` (async trainers only), built with that class's arguments."""
 
     path: str | None = None
-    """verl: the Python file holding the class."""
+    """The Python file holding the class, or `pkg://<module>` (`pkg://__main__`: the notebook's own namespace)."""
     name: str | None = None
-    """verl: the class name."""
+    """The class name."""
 
 
 @dataclass
@@ -100,7 +111,7 @@ class SamplerConfig:
     """verl: sync mode replaces failed groups with new prompts. Not implemented by minirl: must stay at its
     default (see `minirl.config.unimplemented`)."""
     custom_sampler: CustomSamplerConfig = field(default_factory=CustomSamplerConfig)
-    """verl: a custom ReplayBuffer class (not implemented by minirl)."""
+    """A custom ReplayBufferAsync subclass loaded by path and name (the async trainers)."""
     sampler_kwargs: dict = field(default_factory=dict)
     """verl: extra keyword arguments for the sampler. Not implemented by minirl: must stay `{}`."""
 
@@ -162,137 +173,62 @@ class RolloutCorrectionConfig:
     """Divide the weights by their mean over the batch (mean 1)."""
 
 
-# ------------------------------------------------------------------------------------------ checks
+# ------------------------------------------------------------------------- what the thresholds mean
+
+ROLLOUT_RS_OPTIONS = tuple(
+    f"{level}_{k}" for level in ("token", "seq_sum", "seq_mean") for k in ("k1", "k2", "k3")
+) + ("seq_max_k2", "seq_max_k3")
+"""The rejection criteria `rollout_rs` accepts (comma-separated to combine)."""
 
 
-def _reward_model_colocated(cfg) -> bool:
-    rm = OmegaConf.select(cfg, "reward.reward_model")
-    return bool(rm is not None and rm.enable and not rm.enable_resource_pool)
+def parse_rollout_is_threshold(spec: Any) -> tuple[float, float | None]:
+    """`rollout_is_threshold` -> (upper, lower or None): a number (or "2.0") truncates, "lower_upper" is IcePop.
 
-
-def _trainer_v1_problems(cfg) -> list[str]:
-    v1, mode = cfg.trainer.v1, str(cfg.trainer.v1.trainer_mode)
-    r = "actor_rollout_ref.rollout"
-    key = "trainer.v1.trainer_mode"
-    if mode not in TRAINER_MODES:
-        return [f"{key}={mode!r} is not a V1 trainer (verl registers {', '.join(TRAINER_MODES)}). Fix: {key}=sync."]
-    p: list[str] = []
-    s = v1.sampler
-    t = s.max_off_policy_threshold
-    if isinstance(t, bool) or not isinstance(t, int) or t < 1:
-        p.append(f"trainer.v1.sampler.max_off_policy_threshold={t!r} must be an integer >= 1: the most steps a prompt "
-                 "may span from fetch to training, 1 = fetched this step (verl asserts > 0). "
-                 "Fix: trainer.v1.sampler.max_off_policy_threshold=1 (no policy lag) or more.")
-    if s.max_off_policy_strategy not in OFF_POLICY_STRATEGIES:
-        p.append(f"trainer.v1.sampler.max_off_policy_strategy={s.max_off_policy_strategy!r} is not a strategy (verl "
-                 "asserts drop or wait). Fix: trainer.v1.sampler.max_off_policy_strategy=drop.")
-    for m in ("colocate_async", "separate_async"):
-        w = v1[m].num_warmup_batches
-        if int(w) < 0:
-            p.append(f"trainer.v1.{m}.num_warmup_batches={w} must be >= 0 (batches generated ahead). "
-                     f"Fix: trainer.v1.{m}.num_warmup_batches=1.")
-    if mode != "sync" and cfg.algorithm.adv_estimator == "remax":
-        p.append(f"algorithm.adv_estimator='remax' runs in {key}=sync only: its greedy baselines are sampled with "
-                 f"each batch (verl's V1 trainer has no remax), but {key}={mode!r}. "
-                 f"Fix: {key}=sync, or another estimator (e.g. algorithm.adv_estimator=grpo).")
-    nnodes = int(OmegaConf.select(cfg, f"{r}.nnodes") or 0)
-    if mode == "colocate_async" and nnodes != 0:
-        p.append(f"{key}='colocate_async' runs the rollout with the trainer (verl: hybrid replicas on the training "
-                 f"GPUs; minirl: the in-controller engine), but {r}.nnodes={nnodes} starts standalone servers, which "
-                 f"are separate_async's. Fix: {r}.nnodes=0 {r}.checkpoint_engine.backend=naive, or "
-                 f"{key}=separate_async.")
-    if mode == "separate_async":
-        tbs, pmbs = int(cfg.data.train_batch_size), int(cfg.actor_rollout_ref.actor.ppo_mini_batch_size)
-        psync = int(v1.separate_async.parameter_sync_step)
-        if psync < 1:
-            p.append(f"trainer.v1.separate_async.parameter_sync_step={psync} must be >= 1 (local updates per weight "
-                     "sync). Fix: trainer.v1.separate_async.parameter_sync_step=1.")
-        elif tbs != psync * pmbs:
-            fix = f"actor_rollout_ref.actor.ppo_mini_batch_size={tbs // psync}" if tbs % psync == 0 else \
-                f"trainer.v1.separate_async.parameter_sync_step={max(1, tbs // pmbs)}"
-            p.append(f"{key}='separate_async' needs data.train_batch_size == parameter_sync_step * ppo_mini_batch_size "
-                     f"(verl asserts it: each local update is one mini-batch), but {tbs} != {psync} * {pmbs}. "
-                     f"Fix: {fix}.")
-        if nnodes < 1:
-            p.append(f"{key}='separate_async' generates on standalone rollout servers (verl asserts rollout.nnodes > 0 "
-                     f"and a streaming checkpoint engine), but {r}.nnodes={nnodes}. Fix: {r}.nnodes=1 "
-                     f"{r}.n_gpus_per_node=1 {r}.checkpoint_engine.backend=nccl.")
-        if _reward_model_colocated(cfg):
-            p.append(f"{key}='separate_async' with reward.reward_model.enable=True needs "
-                     "reward.reward_model.enable_resource_pool=True: the standalone rollout never pauses, so a reward "
-                     "model colocated with the actor has no time to run (verl asserts it). "
-                     "Fix: reward.reward_model.enable_resource_pool=True.")
-    return p
-
-
-def _rollout_correction_problems(cfg) -> list[str]:
-    rc = cfg.algorithm.rollout_correction
-    key = "algorithm.rollout_correction"
-    p: list[str] = []
-    if rc.rollout_is is not None and rc.rollout_is not in ("token", "sequence"):
-        p.append(f"{key}.rollout_is={rc.rollout_is!r} is not an IS level. Fix: token, sequence or null (none).")
-    if rc.loss_type not in ("ppo_clip", "reinforce"):
-        p.append(f"{key}.loss_type={rc.loss_type!r} is not a bypass-mode loss. Fix: ppo_clip or reinforce.")
-    from minirl.trainer.core_algos import _parse_is_threshold, _parse_rs_thresholds
-
-    if rc.rollout_is is not None:
-        try:
-            _parse_is_threshold(rc.rollout_is_threshold)
-        except (TypeError, ValueError) as e:
-            p.append(f"{key}.{e}")
-    if rc.rollout_rs is not None:
-        from minirl.trainer.core_algos import ROLLOUT_RS_OPTIONS
-
-        options = [o.strip() for o in str(rc.rollout_rs).split(",") if o.strip()]
-        unknown = [o for o in options if o not in ROLLOUT_RS_OPTIONS]
-        if unknown or not options:
-            p.append(f"{key}.rollout_rs={rc.rollout_rs!r}: unknown criteria {unknown}. Fix: one or more of "
-                     f"{', '.join(ROLLOUT_RS_OPTIONS)}, comma-separated, or null.")
-        else:
-            try:
-                _parse_rs_thresholds(list(dict.fromkeys(options)), rc.rollout_rs_threshold)
-            except (TypeError, ValueError) as e:
-                p.append(f"{key}.{e}")
-    if rc.bypass_mode:
-        p += _bypass_problems(cfg)
-    if not cfg.actor_rollout_ref.rollout.calculate_log_probs and (rc.rollout_is is not None or rc.rollout_rs is not None):
-        p.append(f"{key}.rollout_is / rollout_rs correct towards the rollout's log-probs, but "
-                 "actor_rollout_ref.rollout.calculate_log_probs=False (verl then skips the correction silently). "
-                 "Fix: actor_rollout_ref.rollout.calculate_log_probs=True.")
-    return p
-
-
-_BYPASS_KEYS = ("rollout_is", "rollout_is_threshold", "rollout_rs", "rollout_rs_threshold", "loss_type",
-                "rollout_is_batch_normalize")
-
-
-def _bypass_problems(cfg) -> list[str]:
-    """Bypass mode: the algorithm section's IS / RS / loss_type act only through the actor's bypass_mode loss.
-
-    verl's V1 trainer only swaps `old_log_probs` in bypass mode (`_compute_old_log_prob`,
-    `verl/trainer/ppo/v1/trainer_base.py:1529`) and skips the decoupled correction; the loss reads
-    `actor.policy_loss.rollout_correction`. Its legacy trainer copies this section there (`apply_bypass_mode`,
-    `verl/trainer/ppo/rollout_corr_helper.py:1109`). So a key set here that the actor does not share would be
-    silently ignored: minirl says so instead.
+    verl: `_parse_rollout_is_threshold` (`verl/trainer/ppo/rollout_corr_helper.py:93`); minirl parses in
+    config so that the check at load time and the formula read the value the same way.
     """
-    rc, defaults = cfg.algorithm.rollout_correction, RolloutCorrectionConfig()
-    actor = cfg.actor_rollout_ref.actor.policy_loss
-    asked = {k: rc[k] for k in _BYPASS_KEYS if rc[k] != getattr(defaults, k)}
-    if not asked:
-        return []
-    a = "actor_rollout_ref.actor.policy_loss"
-    copy = " ".join(f"{a}.rollout_correction.{k}={v}" for k, v in asked.items())
-    if actor.loss_mode != "bypass_mode":
-        return [f"algorithm.rollout_correction.{', '.join(asked)} set with bypass_mode=True, but verl's V1 trainer "
-                f"applies them only through the actor's bypass_mode loss and {a}.loss_mode={actor.loss_mode!r}. "
-                f"Fix: {a}.loss_mode=bypass_mode {copy} (what verl's apply_bypass_mode does).".replace("=None", "=null")]
-    differ = [k for k, v in asked.items() if actor.rollout_correction[k] != v]
-    if differ:
-        return [f"algorithm.rollout_correction.{', '.join(differ)} differ from {a}.rollout_correction, which the "
-                f"bypass_mode loss reads. Fix: {copy}.".replace("=None", "=null")]
-    return []
+    fix = "Fix: use a positive number (e.g. 2.0) or a 'lower_upper' string (e.g. '0.5_2.0')."
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise TypeError(f"rollout_is_threshold={spec!r} is not a threshold. {fix}")
+    text = str(spec).strip()
+    try:
+        lower, upper = (float(x) for x in text.split("_", 1)) if "_" in text else (None, float(text))
+    except ValueError as e:
+        raise ValueError(f"rollout_is_threshold={spec!r} is not a threshold. {fix}") from e
+    if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+        raise ValueError(f"rollout_is_threshold={spec!r}: the bounds must satisfy 0 < lower <= upper. {fix}")
+    return upper, lower
 
 
-def async_problems(cfg) -> list[str]:
-    """One line per bad `trainer.v1` or `algorithm.rollout_correction` value, including verl's asserts."""
-    return _trainer_v1_problems(cfg) + _rollout_correction_problems(cfg)
+def parse_rollout_rs_thresholds(options: list[str], spec: Any) -> dict[str, tuple[float | None, float]]:
+    """`rollout_rs_threshold` -> {option: (lower or None, upper)}: one entry shared, or one per option.
+
+    verl: `_parse_rollout_rs_thresholds` (`verl/trainer/ppo/rollout_corr_helper.py:132`).
+    """
+    fix = ("Fix: one positive number shared by all options, or one per option separated by commas; a k1 option "
+           "takes 'lower_upper' ratio bounds (e.g. '0.5_2.0').")
+    if spec is None:
+        raise ValueError(f"rollout_rs={','.join(options)} needs rollout_rs_threshold. {fix}")
+    if isinstance(spec, bool) or not isinstance(spec, (int, float, str)):
+        raise TypeError(f"rollout_rs_threshold={spec!r} is not a threshold. {fix}")
+    parts = [spec] if not isinstance(spec, str) else [x.strip() for x in spec.split(",") if x.strip()]
+    if len(parts) not in (1, len(options)):
+        raise ValueError(f"rollout_rs_threshold={spec!r} has {len(parts)} entries for {len(options)} options. {fix}")
+    parts = parts * len(options) if len(parts) == 1 else parts
+    out = {}
+    for option, part in zip(options, parts):
+        text = str(part)
+        try:
+            if option.endswith("k1"):  # ratio bounds; one number is the upper one, its inverse the lower
+                lower, upper = (float(x) for x in text.split("_", 1)) if "_" in text else (1 / float(text), float(text))
+            elif "_" in text:
+                raise ValueError
+            else:
+                lower, upper = None, float(text)
+        except (ValueError, ZeroDivisionError) as e:
+            raise ValueError(f"rollout_rs_threshold entry {text!r} does not fit option {option!r}. {fix}") from e
+        if upper <= 0 or (lower is not None and not 0 < lower <= upper):
+            raise ValueError(f"rollout_rs_threshold entry {text!r} for {option!r} must be positive, lower <= upper. "
+                             f"{fix}")
+        out[option] = (lower, upper)
+    return out

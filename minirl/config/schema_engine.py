@@ -6,11 +6,15 @@ assembles them. verl keeps the same groups in their own files too: `HFModelConfi
 `FSDPEngineConfig` (`verl/workers/config/engine.py:242`) and `CheckpointConfig`
 (`verl/trainer/config/config.py:24`). Keys that minirl accepts but does not implement (offloading,
 `fsdp_size`, checkpoint contents, ...) are listed in `minirl.config.unimplemented`.
+
+The engines read typed sections, as verl's do: `EngineModelConfig`, `EngineConfig` and `OptimConfig`
+(converted by `minirl.utils.config.omega_conf_to_dataclass`), so their defaults are this file's.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass
@@ -19,7 +23,7 @@ class ModelConfig:
 
     path: str = "minirl://tiny-qwen2-sft"
     """`minirl://tiny-qwen2-sft` (the default: the embedded 0.4M-parameter Qwen2 after an SFT warm start on the
-    arithmetic task, built and cached on first use, `minirl.models.warm_start`), `minirl://tiny-qwen2` (the same
+    arithmetic task, built and cached on first use, `minirl.trainer.warm_start`), `minirl://tiny-qwen2` (the same
     model at random init: it scores 0 on the task), a local directory, or a hub id."""
     tokenizer_path: str | None = None
     """Tokenizer location if not `path` (the actor's; the critic uses the actor's tokenizer and must not set its
@@ -109,7 +113,7 @@ class TorchtitanEngineConfig:
     """Ranks that split each decoder layer: column-wise q/k/v/gate/up, row-wise o/down (DTensor). It must divide
     the model's attention heads, KV heads and MLP width."""
     pipeline_parallel_size: int = 1
-    """verl: pipeline stages (`torch.distributed.pipelining`). minirl: 1 only (chapter 07 puts PP on paper)."""
+    """verl: pipeline stages (`torch.distributed.pipelining`). minirl: 1 only here (`model_engine=megatron` has PP)."""
     context_parallel_size: int = 1
     """verl: ranks that split each sequence. minirl: 1 only."""
     expert_parallel_size: int = 1
@@ -123,6 +127,47 @@ class TorchtitanEngineConfig:
 
 
 @dataclass
+class MegatronEngineConfig:
+    """`*.megatron` (only with `model_engine=megatron`): the tp x pp x dp layout of the Megatron-layout engine.
+
+    verl: `McoreEngineConfig` (`verl/workers/config/engine.py:149`), a subset of its keys. The data-parallel
+    size is the rest: `trainer.nnodes * trainer.n_gpus_per_node / (tensor_model_parallel_size *
+    pipeline_model_parallel_size)`, which must be whole.
+    """
+
+    param_offload: bool = False
+    """verl: keep the parameters in CPU memory between uses. minirl: False only."""
+    grad_offload: bool = False
+    """verl: keep the gradients in CPU memory between uses. minirl: False only."""
+    optimizer_offload: bool = False
+    """verl: keep the optimizer state in CPU memory between uses. minirl: False only."""
+    tensor_model_parallel_size: int = 1
+    """Ranks that split each decoder layer: column-wise q/k/v/gate/up, row-wise o/down (DTensor). It must divide
+    the model's attention heads, KV heads and MLP width."""
+    expert_model_parallel_size: int = 1
+    """verl: ranks that split a mixture-of-experts layer's experts. minirl: 1 only."""
+    pipeline_model_parallel_size: int = 1
+    """Pipeline stages: contiguous blocks of decoder layers (at most one stage per layer); each rank's micro-batches
+    run through them in the 1F1B order."""
+    virtual_pipeline_model_parallel_size: int | None = None
+    """verl: model chunks per stage for the interleaved schedule. minirl: null only."""
+    context_parallel_size: int = 1
+    """verl: ranks that split each sequence along its tokens. minirl: 1 only."""
+    sequence_parallel: bool = False
+    """verl (default True): split the norms' activations over the TP ranks. minirl: False only."""
+    use_distributed_optimizer: bool = False
+    """verl (default True): shard the optimizer state over the data-parallel ranks (ZeRO-1). minirl: False only
+    (each dp rank keeps the whole AdamW state of its TP/PP shard)."""
+    use_dist_checkpointing: bool = False
+    """verl: megatron's own checkpoint format. minirl: False only (torch.distributed.checkpoint, the FSDP engine's
+    format, so checkpoints move between the engines)."""
+    seed: int = 42
+    """Seed of model initialisation."""
+    dtype: str = "float32"
+    """Compute dtype (verl: bfloat16)."""
+
+
+@dataclass
 class CheckpointContentsConfig:
     """`*.checkpoint`: what a checkpoint holds (verl: `CheckpointConfig`)."""
 
@@ -132,3 +177,74 @@ class CheckpointContentsConfig:
     load_contents: list = field(default_factory=lambda: ["model", "optimizer", "extra"])
     """verl: the parts restored on resume; minirl restores all three. Not implemented by minirl: must stay at its
     default (see `minirl.config.unimplemented`)."""
+
+
+# ------------------------------------------------------------------ what an engine is built from
+
+
+@dataclass
+class EngineModelConfig:
+    """An engine's `model_config`: the weights it loads (verl: `HFModelConfig`, `verl/workers/config/model.py:71`).
+
+    `minirl.workers.engine_workers.build_engine` fills it from `*.model` and `*.fsdp_config.model_dtype`;
+    tests and notebooks may hand an engine a built module instead of a path.
+    """
+
+    path: str | None = None
+    """A local Hugging Face model directory (resolved: no `minirl://` here)."""
+    module: Any = None
+    """An already-built `nn.Module`, which the engine takes over and trains in place (instead of `path`)."""
+    dtype: str = "fp32"
+    """dtype the parameters are stored in (`fsdp_config.model_dtype`)."""
+    enable_gradient_checkpointing: bool = False
+    """Recompute activations in backward (`model.enable_gradient_checkpointing`)."""
+    trust_remote_code: bool = False
+    """Passed to transformers' `from_pretrained` (`model.trust_remote_code`)."""
+
+
+@dataclass
+class EngineConfig:
+    """An engine's `engine_config`: how it shards, casts and seeds (verl: `FSDPEngineConfig`,
+    `verl/workers/config/engine.py:242`, `TorchtitanEngineConfig`, `verl/workers/config/engine.py:461`, and
+    `McoreEngineConfig`, `verl/workers/config/engine.py:149`).
+
+    `build_engine` fills it from `*.fsdp_config` (`dtype` -> `param_dtype`, `seed`, `reshard_after_forward`),
+    the role (`forward_only`, `use_prefix_grouper`), the device, and with `model_engine=torchtitan` the
+    section's `torchtitan` keys, with `model_engine=megatron` the layout keys of its `megatron` section.
+    Defaults equal those of `FSDPConfig`, `TorchtitanEngineConfig` and `MegatronEngineConfig`.
+    """
+
+    strategy: str = "fsdp2"
+    """fsdp | fsdp2 (`FSDPEngine`), torchtitan (`TorchTitanEngine`) or megatron (`MegatronEngine`)."""
+    forward_only: bool = False
+    """A reference model: no optimizer, `infer_batch` only."""
+    param_dtype: str = "float32"
+    """Compute dtype of forward/backward (`fsdp_config.dtype`; verl: bf16 mixed precision on GPU)."""
+    seed: int = 42
+    """`torch.manual_seed` before the module is built (fresh heads, e.g. the critic's, start the same)."""
+    reshard_after_forward: Any = True
+    """FSDP2: free the gathered weights after forward (torchtitan: default | always | never)."""
+    device: str | None = None
+    """cpu | cuda; null: cuda when a GPU is visible, else cpu."""
+    use_prefix_grouper: bool = False
+    """Run each distinct prompt of a micro-batch once (`actor.use_prefix_grouper`, `minirl.workers.engine.forward_layout`)."""
+    tensor_parallel_size: int = 1
+    """torchtitan: ranks that split each decoder layer."""
+    data_parallel_shard_size: int = -1
+    """torchtitan: FSDP2 shard ranks (-1: world / tensor_parallel_size)."""
+    data_parallel_replicate_size: int = 1
+    """torchtitan: 1 only."""
+    pipeline_parallel_size: int = 1
+    """torchtitan: 1 only."""
+    context_parallel_size: int = 1
+    """torchtitan and megatron: 1 only."""
+    expert_parallel_size: int = 1
+    """torchtitan: 1 only."""
+    tensor_model_parallel_size: int = 1
+    """megatron: ranks that split each decoder layer."""
+    pipeline_model_parallel_size: int = 1
+    """megatron: pipeline stages (contiguous blocks of decoder layers, 1F1B schedule)."""
+    expert_model_parallel_size: int = 1
+    """megatron: 1 only."""
+    virtual_pipeline_model_parallel_size: int | None = None
+    """megatron: null only (no interleaved schedule)."""

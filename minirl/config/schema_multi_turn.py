@@ -3,15 +3,17 @@
 verl: `MultiTurnConfig` (`verl/workers/config/rollout.py:48`), the `multi_turn:` block of
 `verl/trainer/config/rollout/rollout.yaml`. Every key verl has at the pin is here; minirl implements
 all but `function_tool_path`, `use_inference_chat_template` and `num_repeat_rollouts`, which must stay
-at their defaults (`minirl.config.unimplemented`). `multi_turn_problems` checks the values at load time.
+at their defaults (`minirl.config.unimplemented`). `minirl.config.values` checks the values at load time.
 Kept apart from `minirl.config.schema` so each file stays small; `schema.RolloutConfig` uses it.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
-__all__ = ["FORMATS", "SANITY_CHECK_MODES", "TRUNCATE_SIDES", "MultiTurnConfig", "multi_turn_problems"]
+__all__ = ["FORMATS", "SANITY_CHECK_MODES", "TRUNCATE_SIDES", "MultiTurnConfig", "find_tool_config",
+           "tool_config_candidates"]
 
 FORMATS = ("hermes",)
 """Tool-call formats minirl parses (verl also has gpt-oss, qwen3_coder, glm, seed, minimax, kimi, deepseek_v4, gemma4)."""
@@ -53,37 +55,25 @@ class MultiTurnConfig:
     num_repeat_rollouts: int | None = None
     """verl: declared in MultiTurnConfig, read by no code at the pin. Not implemented by minirl: must stay at its
     default (see `minirl.config.unimplemented`)."""
+    tool_timeout: float = 60.0
+    """minirl only (verl has no tool timeout at the pin): seconds one tool call (create, execute, release) may
+    take. A call still running then becomes the observation "Error executing tool ...: timed out" and a counted
+    `timeout` failure; the session goes on. A user tool runs in its own thread, so a blocking call (`time.sleep`,
+    a socket without a timeout) is timed out as well as an `await` that never ends."""
 
 
-def multi_turn_problems(cfg) -> list[str]:
-    """One line per bad `rollout.multi_turn` value (names, ranges, the tool config file)."""
-    key = "actor_rollout_ref.rollout.multi_turn"
-    mt = cfg.actor_rollout_ref.rollout.multi_turn
-    p = []
-    if mt.format not in FORMATS:
-        p.append(f"{key}.format={mt.format!r}: minirl parses {list(FORMATS)} tool calls (verl also has gpt-oss, "
-                 f"qwen3_coder, ...). Fix: {key}.format=hermes.")
-    if mt.tool_response_truncate_side not in TRUNCATE_SIDES:
-        p.append(f"{key}.tool_response_truncate_side={mt.tool_response_truncate_side!r} is not one of "
-                 f"{list(TRUNCATE_SIDES)}. Fix: {key}.tool_response_truncate_side=middle.")
-    if mt.tokenization_sanity_check_mode not in SANITY_CHECK_MODES:
-        p.append(f"{key}.tokenization_sanity_check_mode={mt.tokenization_sanity_check_mode!r} is not one of "
-                 f"{list(SANITY_CHECK_MODES)}. Fix: {key}.tokenization_sanity_check_mode=strict.")
-    for name in ("max_assistant_turns", "max_user_turns"):
-        if mt[name] is not None and int(mt[name]) < 1:
-            p.append(f"{key}.{name}={mt[name]} must be >= 1 (or null for no limit). Fix: {key}.{name}=null.")
-    for name in ("max_parallel_calls", "max_tool_response_length"):
-        if int(mt[name]) < 1:
-            p.append(f"{key}.{name}={mt[name]} must be >= 1. Fix: {key}.{name}={1 if 'calls' in name else 256}.")
-    if mt.enable and mt.tool_config_path:
-        from minirl.tools.tool_registry import ToolConfigError, resolve_config_path
+def tool_config_candidates(path: str) -> list[str]:
+    """Where `multi_turn.tool_config_path` is looked for: as is if absolute, else cwd/path, <project>/path, <package>/path."""
+    path = os.path.expanduser(str(path))
+    if os.path.isabs(path):
+        return [path]
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return [os.path.join(os.getcwd(), path), os.path.join(os.path.dirname(package), path), os.path.join(package, path)]
 
-        try:
-            resolve_config_path(mt.tool_config_path)
-        except ToolConfigError as e:
-            p.append(f"{key}.tool_config_path={mt.tool_config_path!r}: {str(e).split(' (looked', 1)[0]}. Fix: give "
-                     "an existing YAML file, e.g. minirl/tools/config/calculator_tool_config.yaml.")
-    if mt.tool_config_path and not mt.enable:
-        p.append(f"{key}.tool_config_path is set but {key}.enable=False, so no tool would load. Fix: "
-                 f"{key}.enable=True.")
-    return p
+
+def find_tool_config(path: str) -> str | None:
+    """The first candidate of `tool_config_candidates(path)` that is a file (absolute), or None.
+
+    The config check and the tool registry (`minirl.tools.tool_registry.resolve_config_path`) both use it.
+    """
+    return next((os.path.abspath(c) for c in tool_config_candidates(path) if os.path.isfile(c)), None)

@@ -26,6 +26,10 @@ class CustomRewardFunctionConfig:
     name: str = "compute_score"
     """Function name in that file: `fn(data_source, solution_str, ground_truth, extra_info) -> float | dict` (the
     `batch` manager: `fn(data_sources, solution_strs, ground_truths, extra_infos) -> list`)."""
+    reward_kwargs: dict = field(default_factory=dict)
+    """Keyword arguments bound to the function on every call (`+reward.custom_reward_function.reward_kwargs.width=20`).
+    verl reads them too (`get_custom_reward_fn`, `verl/trainer/ppo/reward.py:50`), but its YAML lacks the key: a
+    leading '+' adds it there as here."""
 
 
 @dataclass
@@ -60,8 +64,10 @@ class RewardConfig:
     """`reward`: how responses are scored (verl: `RewardConfig`, `verl/workers/config/reward.py`)."""
 
     num_workers: int = 1
-    """Reward-loop workers that score concurrently (verl: Ray actors, default 8; minirl: objects in the trainer
-    process, each running every score call in its own thread)."""
+    """Reward-loop workers that score concurrently (verl: Ray actors, verl's default `reward.num_workers=8`; minirl:
+    objects, running minirl's own rule scorers inline and a user's score function in a daemon thread per call).
+    The trainer's `RewardLoopManager` holds this many (a colocated reward model scores there); when the agent loop
+    runs in worker processes, each worker scores its own sessions with one of its own."""
     timeout: float = 300.0
     """Seconds one score-function call (or one reward-model request) may take; a call that overruns scores 0 and
     is counted in `reward/failures`. verl reads it (same default) only in its `rate_limited` manager, and its YAML

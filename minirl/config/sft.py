@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from minirl.config.registered import registered_names
 from minirl.config.unimplemented import unimplemented_problems
 from minirl.config.validate import raise_problems
 from minirl.config.values import Problems, device_problems, optim_problems
@@ -115,11 +116,9 @@ class SFTConfig:
 
 
 def _task_problems(p: Problems) -> None:
-    from minirl.data.tasks import TASKS
-
     files = str(p.cfg.data.train_files)
     task = files.split("://", 1)[1].split("/")[0] if files.startswith("minirl://") else None
-    if task not in TASKS:
+    if task not in registered_names("task"):
         p.append(f"data.train_files={files!r}: minirl's SFT builds its rows from an embedded task (verl's SFT reads "
                  "parquet files with a messages column). Fix: data.train_files=minirl://arithmetic/train, "
                  "minirl://countdown/train or minirl://multiply_tool/train.")

@@ -30,7 +30,7 @@ _DYN_BSZ = ("packs micro-batches by token count (up to the *_max_token_len_per_g
 _MICRO = ("a deprecated global micro-batch size; its V1 engine workers read only the *_per_gpu key, which "
           "minirl implements")
 _STRATEGY = ("chooses the training engine: fsdp (FSDP1), fsdp2, megatron, veomni or torchtitan; minirl "
-             "runs fsdp2 or torchtitan, set by the model_engine group (model_engine=torchtitan)")
+             "runs fsdp2, torchtitan or megatron, set by the model_engine group (model_engine=megatron)")
 _ROLLOUT_N = "a copy of actor_rollout_ref.rollout.n (ActorConfig requires it); set rollout.n instead"
 _OPTIMIZER = ("names the optimizer class, imported from optim.optimizer_impl (torch.optim by default, e.g. "
               "torchao's _AdamW); minirl always builds torch.optim.AdamW")
@@ -47,8 +47,8 @@ _OVERRIDE = "merges these keys into the Hugging Face model config before the mod
 _HYBRID_SWITCH = ("lends the trainer's own (hybrid) rollout replicas to generation while the trainer waits, next to "
                   "the standalone servers (PPOTrainerSeparateAsync.switch_to_rollout); minirl's separate_async has "
                   "only the standalone servers")
-_CUSTOM_SAMPLER = ("loads a user ReplayBuffer subclass from custom_sampler.path / .name, constructed with "
-                   "sampler_kwargs; minirl always uses its ReplayBuffer / ReplayBufferAsync")
+_CUSTOM_SAMPLER = ("passes keyword arguments to a custom sampler (custom_sampler.path / .name); minirl builds a "
+                   "custom ReplayBufferAsync subclass with ReplayBufferAsync's own arguments only")
 _REMOVE_PAD = "packs the sequences without padding tokens (flash-attention varlen) for forward and backward"
 
 UNIMPLEMENTED: dict[str, str] = {
@@ -130,9 +130,18 @@ UNIMPLEMENTED: dict[str, str] = {
     "trainer.v1.sampler.sync_refill_failed_groups": "replaces a failed group with a new prompt in sync mode (the "
                                                     "async buffers always refill); minirl's sync buffer stops on a "
                                                     "failed group and names its error",
-    "trainer.v1.sampler.custom_sampler.path": _CUSTOM_SAMPLER,
-    "trainer.v1.sampler.custom_sampler.name": _CUSTOM_SAMPLER,
     "trainer.v1.sampler.sampler_kwargs": _CUSTOM_SAMPLER,
+    # distillation: the teacher's vLLM-only inference keys (minirl's teacher runs the hf backend)
+    **{f"distillation.teacher_models.teacher_model.inference.{k}": v for k, v in {
+        "cudagraph_capture_sizes": "the batch sizes vLLM captures CUDA graphs for (null: vLLM's own list)",
+        "expert_parallel_size": "spreads a mixture-of-experts teacher's experts over this many GPUs",
+        "max_num_batched_tokens": "caps the tokens vLLM schedules in one engine step (8192)",
+        "load_format": "how vLLM loads the weights (auto, dummy, safetensors, ...)",
+        "limit_images": "caps the images per prompt of a multimodal teacher",
+        "enable_chunked_prefill": "lets vLLM split a long prefill over several engine steps",
+        "disable_log_stats": "turns off vLLM's periodic throughput logging",
+        "skip_tokenizer_init": "starts vLLM without a tokenizer (token ids in and out)",
+    }.items()},
 }
 """`minirl/config/ppo_trainer.yaml` keys minirl does not implement -> what verl does with them."""
 
@@ -182,9 +191,21 @@ _TORCHTITAN = {"data_parallel_replicate_size": _TT_SIZE.format("HSDP-replica (dp
                "pipeline_parallel_size": _TT_SIZE.format("pipeline (pp; torch.distributed.pipelining)"),
                "context_parallel_size": _TT_SIZE.format("context-parallel (cp)"),
                "expert_parallel_size": _TT_SIZE.format("expert-parallel (ep)")}
+_MEGATRON = {"param_offload": _PARAM_OFFLOAD, "grad_offload": "keeps the gradients in CPU memory between uses",
+             "optimizer_offload": _OPTIM_OFFLOAD,
+             "expert_model_parallel_size": "splits a mixture-of-experts layer's experts over its ranks (EP)",
+             "virtual_pipeline_model_parallel_size": ("gives each pipeline stage several model chunks and runs "
+                                                      "megatron-core's interleaved 1F1B schedule, a smaller bubble"),
+             "context_parallel_size": "splits each sequence along its tokens over its ranks, attention by ring P2P (CP)",
+             "sequence_parallel": ("splits the norms' and dropouts' activations over the TP ranks, turning each TP "
+                                   "all-reduce into a reduce-scatter + all-gather"),
+             "use_distributed_optimizer": "shards the optimizer state over the data-parallel ranks (ZeRO-1)",
+             "use_dist_checkpointing": "saves megatron's dist_checkpointing format instead of Hugging Face names"}
 ENGINE_UNIMPLEMENTED: dict[str, dict[str, str]] = {
     "torchtitan": {f"{section}.torchtitan.{key}": text for section in ("actor_rollout_ref.actor", "critic")
                    for key, text in _TORCHTITAN.items()},
+    "megatron": {f"{section}.megatron.{key}": text for section in ("actor_rollout_ref.actor", "critic")
+                 for key, text in _MEGATRON.items()},
 }
 """Per `model_engine` choice: keys of its group files minirl does not implement -> what verl does with them."""
 

@@ -1,12 +1,14 @@
-"""Config checks and the batch-size arithmetic, in one place.
+"""`validate`: every config check, run at load time; and the batch-size arithmetic's checks.
 
 verl spreads these checks over `validate_config` (`verl/utils/config.py:74`), `ActorConfig.__post_init__`
 / `ActorConfig.validate` (`verl/workers/config/actor.py:224`) and asserts deep inside workers such as
 `TrainingWorker.train_mini_batch` (`verl/workers/engine_workers.py:242`). minirl runs them all before
 anything is built and reports every problem at once, each naming the keys, their values and a fix.
-`validate` gathers: the keys minirl does not implement (`minirl.config.unimplemented`), out-of-range
-values (`minirl.config.values`), the names of registered algorithms and backends, and the batch
-arithmetic below.
+`validate` gathers: the keys minirl does not implement (`minirl.config.unimplemented`), every key's
+value (`minirl.config.values`: ranges, the names of registered algorithms and backends, the rollout
+placement, multi-turn, the async trainers), whether the rollout backend is installed, and the batch
+arithmetic below (computed by `minirl.config.derived.derived_numbers`). `ConfigError` itself is
+`minirl.config.errors.ConfigError`, re-exported here and by `minirl.config`.
 
 The arithmetic (all counts are per training step):
 
@@ -14,7 +16,7 @@ The arithmetic (all counts are per training step):
 |---|---|
 | sequences per step | `data.train_batch_size * rollout.n` |
 | global mini-batch (sequences) | `actor.ppo_mini_batch_size * rollout.n` |
-| data-parallel size | `trainer.nnodes * trainer.n_gpus_per_node / tensor_parallel_size` (`model_engine=torchtitan`) |
+| data-parallel size | `trainer.nnodes * trainer.n_gpus_per_node / tensor_parallel_size` (`model_engine=torchtitan`), `/ (tensor_model_parallel_size * pipeline_model_parallel_size)` (`model_engine=megatron`) |
 | per-rank mini-batch | `global mini-batch / dp` |
 | micro-batches per mini-batch | `per-rank mini-batch / actor.ppo_micro_batch_size_per_gpu` |
 | optimizer steps per step | `train_batch_size / ppo_mini_batch_size * ppo_epochs` |
@@ -22,76 +24,19 @@ The arithmetic (all counts are per training step):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from minirl.config.schema_async import async_problems
-from minirl.config.schema_multi_turn import multi_turn_problems
-from minirl.config.unimplemented import unimplemented_problems
-from minirl.config.values import value_problems
-from minirl.trainer.ppo.utils import (
+from minirl.config.derived import (
     CRITIC_ESTIMATORS,
+    DerivedNumbers,
     data_parallel_size,
+    derived_numbers,
     model_parallel_size,
     need_critic,
     need_reference_policy,
 )
-from minirl.workers.rollout.replica import rollout_server_problems
-
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-KL_TYPES = ("kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3")
-ROLLOUT_NAMES = ("hf", "vllm")
-GROUP_ESTIMATORS = ("grpo", "rloo", "grpo_passk")  # need several samples per prompt (uid group)
-
-
-class ConfigError(ValueError):
-    """A config that cannot run. The message names the keys, their values and how to fix it."""
-
-
-@dataclass
-class DerivedNumbers:
-    """What one training step does, computed from the config (see the module docstring)."""
-
-    dp_size: int
-    sequences_per_step: int
-    sequences_per_rank_per_step: float
-    global_mini_batch_sequences: int
-    per_rank_mini_batch: float
-    micro_batch_size_per_gpu: int
-    micro_batches_per_mini_batch: float
-    mini_batches_per_step: float
-    ppo_epochs: int
-    optimizer_steps_per_step: float
-
-
-def derived_numbers(cfg) -> DerivedNumbers:
-    """Compute the batch-size arithmetic of one training step (no checks; see `validate`)."""
-    arr = cfg.actor_rollout_ref
-    n = int(arr.rollout.n)
-    dp = data_parallel_size(cfg)  # the ranks of one tensor-parallel group share a chunk
-    seqs = int(cfg.data.train_batch_size) * n
-    mini = int(arr.actor.ppo_mini_batch_size) * n
-    micro = int(arr.actor.ppo_micro_batch_size_per_gpu or 0)
-    per_rank_mini = mini / dp if dp else float("nan")
-    mini_batches = int(cfg.data.train_batch_size) / int(arr.actor.ppo_mini_batch_size)
-    return DerivedNumbers(
-        dp_size=dp,
-        sequences_per_step=seqs,
-        sequences_per_rank_per_step=seqs / dp if dp else float("nan"),
-        global_mini_batch_sequences=mini,
-        per_rank_mini_batch=per_rank_mini,
-        micro_batch_size_per_gpu=micro,
-        micro_batches_per_mini_batch=per_rank_mini / micro if micro else float("nan"),
-        mini_batches_per_step=mini_batches,
-        ppo_epochs=int(arr.actor.ppo_epochs),
-        optimizer_steps_per_step=mini_batches * int(arr.actor.ppo_epochs),
-    )
-
-
-def _registered(kind: str) -> list[str]:
-    from minirl.trainer import core_algos
-
-    reg = core_algos.ADV_ESTIMATOR_REGISTRY if kind == "adv" else core_algos.POLICY_LOSS_REGISTRY
-    return sorted(str(getattr(k, "value", k)) for k in reg)
+from minirl.config.errors import ConfigError
+from minirl.config.unimplemented import unimplemented_problems
+from minirl.config.values import value_problems
+from minirl.utils import hooks
 
 
 def _batch_problems(cfg, d: DerivedNumbers) -> list[str]:
@@ -165,12 +110,32 @@ def _critic_problems(cfg) -> list[str]:
     return p
 
 
+def _megatron_problems(world: int, section, name: str) -> list[str]:
+    """`model_engine=megatron`: every size >= 1 and tp x pp x cp dividing the ranks (the engine also checks the model)."""
+    mg = section.megatron
+    sizes = {k: int(mg.get(k, 1)) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                             "context_parallel_size")}
+    bad = [f"{name}.megatron.{k}={v} must be >= 1. Fix: a positive size (1 turns it off)." for k, v in sizes.items() if v < 1]
+    if bad:
+        return bad
+    tp, pp, cp = sizes.values()
+    if world % (tp * pp * cp):
+        return [(f"{name}.megatron.tensor_model_parallel_size={tp} x pipeline_model_parallel_size={pp} x "
+                 f"context_parallel_size={cp} = {tp * pp * cp} does not divide the {world} ranks (trainer.nnodes * "
+                 f"trainer.n_gpus_per_node): the data-parallel size would not be whole. Fix: sizes whose product "
+                 f"divides {world}, or trainer.n_gpus_per_node={tp * pp * cp}.")]
+    return []
+
+
 def _mesh_problems(cfg) -> list[str]:
-    """`model_engine=torchtitan`: dp_shard x tp must tile the ranks, and TP needs the TP-splittable engine."""
+    """`model_engine=torchtitan`: dp_shard x tp must tile the ranks; `megatron`: tp x pp x cp must divide them."""
     p = []
     world = int(cfg.trainer.nnodes) * int(cfg.trainer.n_gpus_per_node)
     for role, section, name in (("actor", cfg.actor_rollout_ref.actor, "actor_rollout_ref.actor"),
                                 ("critic", cfg.critic, "critic")):
+        if section.get("strategy") == "megatron" and section.get("megatron") is not None:
+            p += _megatron_problems(world, section, name)
+            continue
         if section.get("strategy") != "torchtitan" or section.get("torchtitan") is None:
             continue
         tp, shard = model_parallel_size(cfg, role), int(section.torchtitan.data_parallel_shard_size)
@@ -180,44 +145,6 @@ def _mesh_problems(cfg) -> list[str]:
         elif shard not in (-1, world // tp):
             p.append(f"{name}.torchtitan.data_parallel_shard_size={shard} x tensor_parallel_size={tp} must equal the "
                      f"{world} ranks. Fix: data_parallel_shard_size={world // tp} (or -1, which infers it).")
-    return p
-
-
-def _name_problems(cfg) -> list[str]:
-    p = []
-    arr, algo = cfg.actor_rollout_ref, cfg.algorithm
-    adv = _registered("adv")
-    if algo.adv_estimator not in adv:
-        p.append(f"algorithm.adv_estimator={algo.adv_estimator!r} is not a registered advantage estimator. "
-                 f"Fix: one of them (Valid: {', '.join(adv)}).")
-    losses = _registered("loss")
-    if arr.actor.policy_loss.loss_mode not in losses:
-        p.append(f"actor_rollout_ref.actor.policy_loss.loss_mode={arr.actor.policy_loss.loss_mode!r} is not a "
-                 f"registered policy loss. Fix: one of them (Valid: {', '.join(losses)}).")
-    for key, val in [("actor_rollout_ref.actor.loss_agg_mode", arr.actor.loss_agg_mode),
-                     ("critic.loss_agg_mode", cfg.critic.loss_agg_mode)]:
-        if val not in LOSS_AGG_MODES:
-            p.append(f"{key}={val!r} is not a loss aggregation mode. Fix: one of {', '.join(LOSS_AGG_MODES)}.")
-    for key, val in [("actor_rollout_ref.actor.kl_loss_type", arr.actor.kl_loss_type),
-                     ("algorithm.kl_penalty", algo.kl_penalty)]:
-        if str(val).rstrip("+") not in KL_TYPES:
-            p.append(f"{key}={val!r} is not a KL estimator. Fix: one of {', '.join(KL_TYPES)} (optionally with '+').")
-    if algo.kl_ctrl.type not in ("fixed", "adaptive"):
-        p.append(f"algorithm.kl_ctrl.type={algo.kl_ctrl.type!r} is not a KL controller. Fix: fixed or adaptive.")
-    if algo.adv_estimator in GROUP_ESTIMATORS and int(arr.rollout.n) < 2:
-        p.append(f"algorithm.adv_estimator={algo.adv_estimator} compares responses within a group of "
-                 f"actor_rollout_ref.rollout.n samples per prompt, but rollout.n={arr.rollout.n}: every advantage "
-                 "would be 0 and nothing would be learned. Fix: actor_rollout_ref.rollout.n=8 (any n >= 2).")
-    if arr.rollout.name not in ROLLOUT_NAMES:
-        p.append(f"actor_rollout_ref.rollout.name={arr.rollout.name!r} is not a rollout backend minirl has "
-                 f"(verl: vllm, sglang, trtllm). Fix: one of {', '.join(ROLLOUT_NAMES)}.")
-    if cfg.data.truncation not in ("error", "left", "right"):
-        p.append(f"data.truncation={cfg.data.truncation!r} is not a truncation mode. Fix: error, left or right.")
-    if cfg.trace.level not in ("off", "stages", "fields"):
-        p.append(f"trace.level={cfg.trace.level!r} is not a trace level. Fix: off, stages or fields.")
-    if algo.rollout_correction.bypass_mode and not arr.rollout.calculate_log_probs:
-        p.append("algorithm.rollout_correction.bypass_mode=True uses the rollout's log-probs as old_log_probs, but "
-                 "actor_rollout_ref.rollout.calculate_log_probs=False. Fix: set calculate_log_probs=True.")
     return p
 
 
@@ -272,21 +199,25 @@ def raise_problems(problems: list[str], file: str = "minirl/config/ppo_trainer.y
 def validate(cfg) -> DerivedNumbers:
     """Check everything that can be checked before a model is built; raise one `ConfigError` listing all problems."""
     problems = unimplemented_problems(cfg)
-    problems += _name_problems(cfg)
-    problems += value_problems(cfg)
-    problems += multi_turn_problems(cfg)
-    problems += async_problems(cfg)  # trainer.v1 (verl's async asserts) and algorithm.rollout_correction
-    problems += rollout_server_problems(cfg)  # rollout placement + checkpoint engine (minirl.workers.rollout.replica)
+    problems += value_problems(cfg)  # every key's value, the registered names, placement, multi-turn, async,
+    # distillation
     mesh = _mesh_problems(cfg)
     if mesh:  # the batch arithmetic below divides by the mesh's dp size
         raise_problems(problems + mesh)
     d = derived_numbers(cfg)
-    problems += _batch_problems(cfg, d)
+    problems += hooks.apply("config.batch_problems", _batch_problems(cfg, d), cfg=cfg)
     problems += _backend_problems(cfg)
     if need_critic(cfg) and not problems:
         problems += _critic_problems(cfg)
     raise_problems(problems)
     return d
+
+
+def _mp_keys(cfg) -> str:
+    """Which keys make the actor's model-parallel size, for `explain`."""
+    if cfg.actor_rollout_ref.actor.get("strategy") == "megatron":
+        return "megatron.tensor_model_parallel_size * pipeline_model_parallel_size"
+    return "actor.torchtitan.tensor_parallel_size"
 
 
 def explain(cfg) -> str:
@@ -298,8 +229,8 @@ def explain(cfg) -> str:
         ("prompts per step", "data.train_batch_size", data.train_batch_size),
         ("samples per prompt", "actor_rollout_ref.rollout.n", n),
         ("sequences per step", "train_batch_size * n", d.sequences_per_step),
-        ("tensor-parallel ranks per chunk", "actor.torchtitan.tensor_parallel_size", model_parallel_size(cfg)),
-        ("data-parallel ranks", "trainer.nnodes * trainer.n_gpus_per_node / tp", d.dp_size),
+        ("model-parallel ranks per chunk", _mp_keys(cfg), model_parallel_size(cfg)),
+        ("data-parallel ranks", "trainer.nnodes * trainer.n_gpus_per_node / model-parallel", d.dp_size),
         ("sequences per rank per step", "sequences per step / dp", _fmt(d.sequences_per_rank_per_step)),
         ("global mini-batch (sequences)", "actor.ppo_mini_batch_size * n", d.global_mini_batch_sequences),
         ("per-rank mini-batch", "global mini-batch / dp", _fmt(d.per_rank_mini_batch)),

@@ -165,6 +165,8 @@ class RLDataset(Dataset):
         self.tokenizer = tokenizer
         self.config = config
         self.max_samples = max_samples
+        # The fallbacks are verl's (`RLHFDataset.__init__`, `verl/utils/dataset/rl_dataset.py:89`), for a partial
+        # config; the trainer passes the whole `data` section, so a run always reads the YAML's values.
         self.prompt_key = cfg_get(config, "prompt_key", "prompt")
         self.max_prompt_length = int(cfg_get(config, "max_prompt_length", 1024))
         self.filter_overlong_prompts = bool(cfg_get(config, "filter_overlong_prompts", True))

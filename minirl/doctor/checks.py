@@ -19,14 +19,20 @@ gives one finding:
 | `zero_advantage` | advantage | advantages are 0 everywhere while the scores differ (every group equal) |
 | `loss_mask` | loss | the actor's loss counts more tokens than the sampled responses have |
 | `stage_error` | the stage's layer | a stage raised |
+
+Checks of your own join these with `register_check` (lab 08's reader writes one): they run after the
+built-in ones, on the same `RunRecord`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from minirl.doctor.findings import VERL, Evidence, Finding, fmt
 from minirl.doctor.record import RunRecord
 
-__all__ = ["CHECKS", "LOGPROB_DIFF_THRESHOLD", "STAGE_LAYER", "ZERO_ADVANTAGE_TOL", "diagnose"]
+__all__ = ["CHECKS", "LOGPROB_DIFF_THRESHOLD", "STAGE_LAYER", "ZERO_ADVANTAGE_TOL", "diagnose", "register_check",
+           "registered_checks", "unregister_check"]
 
 LOGPROB_DIFF_THRESHOLD = 0.05
 """`training/rollout_actor_logprob_diff_mean` above this, on equal weights, is a mismatch (a clean CPU run: ~1e-7)."""
@@ -331,7 +337,7 @@ def check_zero_advantage(rec: RunRecord) -> list[Finding]:
                     f"the advantages are 0 on every token although the scores differ: within each uid group the "
                     f"{n} responses scored the same, so group-relative advantages vanish and nothing is learned",
                     "advantage", zero, evidence, [VERL["grpo"], VERL["adv_stage"], VERL["dapo_filter"]],
-                    ["minirl.trainer.core_algos.compute_grpo_outcome_advantage", "minirl.trainer.ppo.advantage"])]
+                    ["minirl.trainer.ppo.core_algos.compute_grpo_outcome_advantage", "minirl.trainer.ppo.advantage"])]
 
 
 # ------------------------------------------------------------------------------------------- loss
@@ -370,7 +376,7 @@ def check_loss_mask(rec: RunRecord) -> list[Finding]:
                     "the policy loss counts tokens the rollout did not generate: the loss mask covers padding or "
                     "observation tokens", "update_actor", steps, evidence,
                     [VERL["ppo_loss"], VERL["agg_loss"], VERL["postprocess"]],
-                    ["minirl.workers.utils.losses.ppo_loss", "minirl.trainer.core_algos.agg_loss"])]
+                    ["minirl.workers.utils.losses.ppo_loss", "minirl.trainer.ppo.core_algos.agg_loss"])]
 
 
 # ------------------------------------------------------------------------------------------- errors
@@ -387,9 +393,43 @@ def check_stage_errors(rec: RunRecord) -> list[Finding]:
 
 CHECKS = (check_micro_batches, check_nonfinite, check_stale_weights, check_partial_sync, check_reference_moves,
           check_logprob_mismatch, check_reward_constant, check_zero_advantage, check_loss_mask, check_stage_errors)
-"""Every check, in the order `diagnose` runs them (deeper causes first)."""
+"""Every built-in check, in the order `diagnose` runs them (deeper causes first)."""
+
+_REGISTERED: dict[str, Callable[[RunRecord], list[Finding]]] = {}
+
+
+def register_check(fn: Callable[[RunRecord], list[Finding]] | None = None, *, name: str | None = None):
+    """Add a check of your own to `diagnose` (and `minirl doctor` in this process): a decorator, or a call.
+
+    A check is `fn(record) -> list[Finding]`: it reads the `RunRecord` (metrics, stage events, field summaries,
+    per-rank calls, config) and returns one `Finding` per problem (empty for a healthy run), naming the layer
+    (one of `LAYERS`). Registered checks run after the built-in `CHECKS`, in registration order; registering a
+    name again replaces the earlier check (a notebook cell run twice), `unregister_check(name)` removes it.
+
+        @register_check
+        def reward_without_positive_scores(rec):
+            ...
+            return [Finding("reward", "reward_without_positive_scores", "...", "rollout", [1], evidence, [])]
+
+    Returns `fn`. No verl counterpart (the doctor is minirl's own).
+    """
+    def add(f):
+        _REGISTERED[name or f.__name__] = f
+        return f
+
+    return add if fn is None else add(fn)
+
+
+def unregister_check(name: str) -> None:
+    """Remove the registered check `name` (no error if there is none)."""
+    _REGISTERED.pop(name, None)
+
+
+def registered_checks() -> dict[str, Callable[[RunRecord], list[Finding]]]:
+    """name -> the checks added with `register_check`, in the order they run."""
+    return dict(_REGISTERED)
 
 
 def diagnose(rec: RunRecord) -> list[Finding]:
-    """Run every check on a loaded run; returns the findings (empty for a healthy run)."""
-    return [f for check in CHECKS for f in check(rec)]
+    """Run every check (the built-in ones, then the registered ones) on a loaded run; empty for a healthy run."""
+    return [f for check in (*CHECKS, *_REGISTERED.values()) for f in check(rec)]

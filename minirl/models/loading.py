@@ -4,9 +4,11 @@ One loading path for every model, so the tiny embedded model and a real checkpoi
 same transformers calls:
 
 - `resolve_model_path(path)` turns `minirl://<preset>` (or a bare preset name) into the directory the
-  preset was built in (`minirl://tiny-qwen2`: random init; `minirl://tiny-qwen2-sft`: its SFT warm
-  start, `minirl.models.warm_start`), expands a local directory, and passes anything else through as
-  a hub id.
+  preset was built in, expands a local directory, and passes anything else through as a hub id. The
+  presets are `MODEL_PRESETS`, name -> a function that builds it once and returns its directory:
+  `minirl://tiny-qwen2` (random init, `minirl.models.tiny`) is registered here;
+  `minirl://tiny-qwen2-sft` (its SFT warm start) is built by an SFT run, so the trainer side registers it
+  (`minirl.trainer.warm_start`, with `register_model_preset`): this package never imports the trainer.
 - `load_tokenizer`, `load_model_config`, `load_causal_lm` wrap the `Auto*` classes; a hub id that
   cannot be loaded (no network with `HF_HUB_OFFLINE=1`, or no such model) fails with an error that
   says so and suggests `minirl://tiny-qwen2` or a local directory.
@@ -31,54 +33,128 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Callable
+from functools import partial
 
 from minirl.models.tiny import TINY_PRESETS, build_tiny_model
-from minirl.models.warm_start import WARM_START_PRESETS, build_warm_start
 
 __all__ = [
     "MINIRL_SCHEME",
+    "MODEL_PRESETS",
+    "ModelPathError",
     "build_value_model",
+    "check_model_dir",
     "load_causal_lm",
+    "load_checked",
     "load_model_config",
     "load_tokenizer",
+    "register_model_preset",
     "resolve_model_path",
 ]
 
 MINIRL_SCHEME = "minirl://"
 
 
-def _build_preset(preset: str) -> str:
-    return build_warm_start(preset) if preset in WARM_START_PRESETS else build_tiny_model(preset)
+class ModelPathError(FileNotFoundError, ValueError):
+    """A model path that is not a loadable model: one line naming the setting, what is wrong and the fix.
+
+    A `FileNotFoundError` (the entry points print it as one line) and a `ValueError` (what an unknown
+    `minirl://` preset raised before it had its own class)."""
 
 
-def resolve_model_path(path: str) -> str:
+MODEL_PRESETS: dict[str, Callable[[], str]] = {name: partial(build_tiny_model, name) for name in TINY_PRESETS}
+"""`minirl://<name>` -> a function that builds the preset once (cached) and returns its directory."""
+
+REGISTERED_ELSEWHERE = {"tiny-qwen2-sft": "minirl.trainer.warm_start"}
+"""Presets other rooms register, and the module that does (named in the error when it was not imported)."""
+
+
+def register_model_preset(name: str, build: Callable[[], str]) -> None:
+    """Make `minirl://<name>` resolve to the directory `build()` returns (it should build once and cache)."""
+    MODEL_PRESETS[name] = build
+
+
+def _unknown_preset(path: str, preset: str, key: str = "actor_rollout_ref.model.path") -> ModelPathError:
+    owner = REGISTERED_ELSEWHERE.get(preset)
+    if owner is not None:
+        return ModelPathError(f"{key}={path!r} is built by an SFT run, which the trainer side registers: import "
+                              f"{owner} first (minirl train, minirl.trainer.main_ppo and the notebook harness do).")
+    known = sorted({*MODEL_PRESETS, *REGISTERED_ELSEWHERE})
+    return ModelPathError(f"{key}={path!r}: no such embedded model; known: {[MINIRL_SCHEME + p for p in known]}. "
+                          f"Fix: {key}=minirl://tiny-qwen2, or a local model directory.")
+
+
+_FIX = "Fix: {key}=minirl://tiny-qwen2 (the embedded tiny model), or a directory written by save_pretrained " \
+       "(config.json, the weights, the tokenizer)."
+_WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def check_model_dir(local: str, key: str = "actor_rollout_ref.model.path") -> None:
+    """Raise `ModelPathError` unless the directory `local` has a readable `config.json` and weights."""
+    config = os.path.join(local, "config.json")
+    if not os.path.isfile(config):
+        raise ModelPathError(f"{key}={local!r} has no config.json: it is not a model directory. " + _FIX.format(key=key))
+    try:
+        import json
+
+        with open(config) as f:
+            json.load(f)
+    except (OSError, ValueError) as e:
+        raise ModelPathError(f"{key}={local!r}: its config.json cannot be read ({type(e).__name__}: {e}). "
+                             + _FIX.format(key=key)) from None
+    names = set(os.listdir(local))
+    if not names & set(_WEIGHTS) and not any(n.endswith((".safetensors", ".bin")) for n in names):
+        raise ModelPathError(f"{key}={local!r} has a config.json but no weights ({' or '.join(_WEIGHTS[::2])}). "
+                             + _FIX.format(key=key))
+
+
+def resolve_model_path(path: str, key: str = "actor_rollout_ref.model.path") -> str:
     """Map a model location to something `from_pretrained` accepts.
 
-    - `minirl://<preset>` -> builds the preset once (`build_tiny_model`, or `build_warm_start` for
-      `tiny-qwen2-sft`) and returns its directory;
-    - an existing local directory -> its absolute path (`~` expanded);
+    - `minirl://<preset>` -> builds the preset once (`MODEL_PRESETS`: `build_tiny_model`, or the warm
+      start that `minirl.trainer.warm_start` registers) and returns its directory;
+    - an existing local directory -> its absolute path (`~` expanded), once `check_model_dir` passed;
     - a bare preset name such as `tiny-qwen2` (when no directory of that name exists) -> as `minirl://`;
-    - a path-like string (`/...`, `./...`, `~/...`) that does not exist -> `FileNotFoundError`;
+    - a path-like string (`/...`, `./...`, `~/...`) that does not exist -> `ModelPathError`;
     - anything else -> returned unchanged, as a hub id.
+
+    `key` is the setting the path came from (named in the errors: `model.path`, `--policy`, ...).
     """
     path = str(path)
     if path.startswith(MINIRL_SCHEME):
         preset = path[len(MINIRL_SCHEME) :].strip("/")
-        known = [*TINY_PRESETS, *WARM_START_PRESETS]
-        if preset not in known:
-            raise ValueError(f"unknown embedded model {path!r}; known: {[MINIRL_SCHEME + p for p in known]}")
-        return _build_preset(preset)
+        if preset not in MODEL_PRESETS:
+            raise _unknown_preset(path, preset, key)
+        return MODEL_PRESETS[preset]()
     local = os.path.expanduser(path)
     if os.path.isdir(local):
+        check_model_dir(local, key)
         return os.path.abspath(local)
-    if path in TINY_PRESETS or path in WARM_START_PRESETS:
-        return _build_preset(path)
+    if path in MODEL_PRESETS:
+        return MODEL_PRESETS[path]()
+    if path in REGISTERED_ELSEWHERE:
+        raise _unknown_preset(path, path, key)
+    if os.path.exists(local):
+        raise ModelPathError(f"{key}={local!r} is a file, not a model directory. " + _FIX.format(key=key))
     if path.startswith(("/", "./", "../", "~")):
-        raise FileNotFoundError(
+        raise ModelPathError(
             f"model directory {local!r} does not exist. Fix: use minirl://tiny-qwen2 for the embedded tiny model, "
-            f"or point actor_rollout_ref.model.path at a directory holding config.json and the weights."
+            f"or point {key} at a directory holding config.json and the weights."
         )
     return path
+
+
+def load_checked(load, path: str, key: str, what: str):
+    """`load(path)` (e.g. `load_tokenizer`); any failure becomes one `ModelPathError` line naming `key`."""
+    try:
+        return load(path)
+    except ModelPathError:
+        raise
+    except (OSError, ValueError, TypeError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        fix = (f"Fix: save the tokenizer next to the model (tokenizer.json, tokenizer_config.json), or point {key} "
+               "at a directory that has one.") if what == "tokenizer" and os.path.isdir(path) else _FIX.format(key=key)
+        raise ModelPathError(f"{key}={path!r}: its {what} cannot be loaded ({type(e).__name__}: {first}). {fix}") from e
 
 
 def _hub_error(path: str, what: str, err: Exception) -> OSError:

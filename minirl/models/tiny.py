@@ -37,6 +37,7 @@ __all__ = [
     "default_cache_dir",
     "is_complete_build",
     "make_tiny_model",
+    "preset_fingerprint",
 ]
 
 # Keyword arguments of `transformers.Qwen2Config`; vocab size and special-token ids come from the tokenizer.
@@ -75,7 +76,7 @@ def default_cache_dir() -> str:
     return os.path.expanduser(os.environ.get("MINIRL_CACHE") or "~/.cache/minirl")
 
 
-def _fingerprint(preset: str, seed: int) -> str:
+def preset_fingerprint(preset: str, seed: int) -> str:
     recipe = {"preset": TINY_PRESETS[preset], "seed": seed, "tokenizer": SPECIAL_TOKENS, "v": _BUILD_VERSION}
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -94,11 +95,11 @@ def _check_existing(path: str, preset: str, seed: int) -> None:
         )
     with open(os.path.join(path, MARKER_FILE), encoding="utf-8") as f:
         marker = json.load(f)
-    if marker.get("fingerprint") != _fingerprint(preset, seed):
+    if marker.get("fingerprint") != preset_fingerprint(preset, seed):
         raise FileExistsError(
             f"{path} holds a model built as preset={marker.get('preset')!r} seed={marker.get('seed')!r} "
             f"(fingerprint {marker.get('fingerprint')}), not preset={preset!r} seed={seed} "
-            f"(fingerprint {_fingerprint(preset, seed)}). Delete the directory to rebuild, or pass another out_dir."
+            f"(fingerprint {preset_fingerprint(preset, seed)}). Delete the directory to rebuild, or pass another out_dir."
         )
 
 
@@ -147,7 +148,7 @@ def _write_build(out_dir: str, preset: str, seed: int) -> None:
     marker = {
         "preset": preset,
         "seed": seed,
-        "fingerprint": _fingerprint(preset, seed),
+        "fingerprint": preset_fingerprint(preset, seed),
         "num_parameters": sum(p.numel() for p in model.parameters()),
         "config": TINY_PRESETS[preset],
     }

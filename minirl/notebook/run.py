@@ -15,7 +15,8 @@ to a fresh temporary directory, never into the repository; the embedded model an
 under `$MINIRL_CACHE` as in every run. It works inside Jupyter's running event loop because the
 trainer runs its coroutines with `minirl.utils.py_functional.run_coroutine`. The progress bar is
 off by default (`progress=False`): a widget bar renders as noise on the static site; the console
-logger's one line per step stays.
+logger's one line per step stays. A one-time build the run needs first (the SFT warm start) shows its
+own bar (`minirl.utils.progress`) unless `MINIRL_NO_PROGRESS=1`.
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TOY_REWARD_SOURCE", "SmallRun", "small_overrides", "small_run", "write_toy_reward"]
+from minirl.trainer.ppo.finite_checks import (
+    NonFiniteError,  # what stops a run on a NaN (trainer.nonfinite=stop)
+)
+
+__all__ = ["TOY_REWARD_SOURCE", "NonFiniteError", "SmallRun", "small_overrides", "small_run", "write_toy_reward"]
 
 TOY_REWARD_SOURCE = '''"""A shaping reward for notebooks: the share of printable ASCII characters in the response.
 
@@ -57,16 +62,18 @@ def write_toy_reward(workdir: str | os.PathLike) -> str:
 
 def small_overrides(*, train_batch_size: int = 8, n: int = 4, response_length: int = 8, steps: int = 2,
                     ppo_mini_batch_size: int | None = None, micro_batch_size: int | None = None,
-                    workdir: str | None = None) -> list[str]:
+                    workdir: str | None = None, model: str = "minirl://tiny-qwen2") -> list[str]:
     """verl-style `key=value` overrides for a tiny run (no validation passes, console log only).
 
     `ppo_mini_batch_size` defaults to half the prompts (two optimizer steps per training step) and
     `micro_batch_size` (`ppo_micro_batch_size_per_gpu`) to a quarter of the per-rank mini-batch.
+    `model` defaults to the random-init model (fast, short responses: the chapters that show how fields
+    move); `minirl://tiny-qwen2-sft` is the warm start (the chapters that show learning, chapter 00's words).
     """
     mini = ppo_mini_batch_size or max(1, train_batch_size // 2)
     micro = micro_batch_size or max(1, mini * n // 4)
     out = [
-        "actor_rollout_ref.model.path=minirl://tiny-qwen2",  # random init: the toy reward's story (not the SFT default)
+        f"actor_rollout_ref.model.path={model}",
         f"data.train_batch_size={train_batch_size}",
         f"actor_rollout_ref.rollout.n={n}",
         f"data.max_response_length={response_length}",
@@ -120,28 +127,35 @@ class SmallRun:
 def small_run(overrides: Sequence[str] = (), *, train_batch_size: int = 8, n: int = 4, response_length: int = 8,
               steps: int = 2, ppo_mini_batch_size: int | None = None, micro_batch_size: int | None = None,
               toy_reward: bool = False, keep_batches: bool = True, progress: bool = False,
-              workdir: str | None = None) -> SmallRun:
+              workdir: str | None = None, model: str = "minirl://tiny-qwen2", close: bool = True) -> SmallRun:
     """Train `steps` GRPO steps with tiny settings and return the config, trainer, trace and batches.
 
-    `overrides` (verl's `key=value`) are applied after the small settings, so they win. `toy_reward`
+    `overrides` (verl's `key=value`) are applied after the small settings, so they win. `model` is
+    `actor_rollout_ref.model.path` (default: the random-init model; see `small_overrides`). `toy_reward`
     scores responses with `TOY_REWARD_SOURCE` (non-zero advantages from a random model). The run writes
     to `workdir` (default: a new temporary directory). With `keep_batches`, a step callback
     (`PPOTrainer.add_step_callback`) keeps the batch of each step in `SmallRun.batches[step]`. Which
-    file read which config key during build and fit is in `SmallRun.config_reads`.
+    file read which config key during build and fit is in `SmallRun.config_reads`. With `close=False` the
+    trainer stays open after `fit()` (its rollout servers keep running, e.g. to ask them for tokens): call
+    `run.trainer.close()` when done (a failed `fit()` closes it anyway).
     """
     from minirl.config import load
     from minirl.config.introspect import record_config_reads
+    from minirl.models import resolve_model_path
     from minirl.trace import read_trace
+    from minirl.trainer import warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft, resolved below)
     from minirl.trainer.main_ppo import TaskRunnerV1
 
     workdir = workdir or tempfile.mkdtemp(prefix="minirl-nb-")
     ovr = small_overrides(train_batch_size=train_batch_size, n=n, response_length=response_length, steps=steps,
                           ppo_mini_batch_size=ppo_mini_batch_size, micro_batch_size=micro_batch_size,
-                          workdir=workdir)
+                          workdir=workdir, model=model)
     if toy_reward:
         ovr.append(f"reward.custom_reward_function.path={write_toy_reward(workdir)}")
     ovr += list(overrides)
     config = load(ovr)
+    # a one-time build (the SFT warm start) shows its own bar: it runs before the training bar is silenced
+    resolve_model_path(str(config.actor_rollout_ref.model.path))
     batches: dict[int, Any] = {}
     old = os.environ.get("MINIRL_NO_PROGRESS")
     if not progress:
@@ -153,7 +167,10 @@ def small_run(overrides: Sequence[str] = (), *, train_batch_size: int = 8, n: in
                 trainer.add_step_callback(lambda step, batch, metrics: batches.__setitem__(step, batch))
             try:
                 trainer.fit()
-            finally:
+            except BaseException:
+                trainer.close()
+                raise
+            if close:
                 trainer.close()
     finally:
         if not progress:

@@ -44,10 +44,10 @@ def tool_policy(problems: int = 8, steps: int = 160, lr: float = 3e-3, seed: int
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
     out = os.path.join(default_cache_dir(), "tool_policy", digest)
     model_dir = os.path.join(out, "hf_model")
-    from minirl.models.warm_start import _file_lock
+    from minirl.utils.py_functional import file_lock
 
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    with _file_lock(out + ".lock"):  # two test processes: one builds, the other waits and reuses it
+    with file_lock(out + ".lock"):  # two test processes: one builds, the other waits and reuses it
         if not os.path.isfile(os.path.join(model_dir, "config.json")):
             from minirl.trainer.sft_trainer import run_sft
 
@@ -58,7 +58,9 @@ def tool_policy(problems: int = 8, steps: int = 160, lr: float = 3e-3, seed: int
                      f"data.train_batch_size={problems}", f"data.micro_batch_size_per_gpu={problems}",
                      f"optim.lr={lr}", f"trainer.total_training_steps={steps}", f"trainer.test_freq={steps}",
                      "data.val_max_samples=1", "trainer.stop_at_val_score=null", f"trainer.seed={seed}",
-                     *TOOL_TASK_OVERRIDES], quiet=quiet)
+                     *TOOL_TASK_OVERRIDES], quiet=quiet,
+                    progress=("building the tool-using policy", (f"SFT on {problems} calculator episodes, {steps} steps, "
+                              "about 20-60 s on 2 cores; cached afterwards")))
             shutil.rmtree(out, ignore_errors=True)
             os.rename(tmp, out)  # atomic: a reader sees no model or a complete one
     return model_dir, tool_problems(problems, seed)

@@ -166,6 +166,9 @@ class CalculatorTool(BaseTool):
     default: the schema's first required parameter).
     """
 
+    minirl_inline = True
+    """Runs on the agent loop's event loop (`minirl.tools.calling`): it returns at once and bounds its own time."""
+
     def __init__(self, config: dict, tool_schema=None):
         super().__init__(config, tool_schema)
         required = self.tool_schema.function.parameters.required

@@ -24,16 +24,13 @@ naming the file, the tool's index and the fix.
 from __future__ import annotations
 
 import importlib
-import os
 
+from minirl.config.schema_multi_turn import find_tool_config, tool_config_candidates
 from minirl.tools.base_tool import BaseTool
 from minirl.tools.schemas import OpenAIFunctionToolSchema, SchemaError
 
 __all__ = ["ToolConfigError", "get_tool_class", "initialize_tools_from_config", "load_all_tools",
            "resolve_config_path"]
-
-_PROJECT_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_PACKAGE_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class ToolConfigError(ValueError):
@@ -41,33 +38,45 @@ class ToolConfigError(ValueError):
 
 
 def resolve_config_path(path: str) -> str:
-    """An absolute path as is; else the first of cwd/path, <project root>/path, <package>/path that exists."""
-    path = os.path.expanduser(str(path))
-    if os.path.isabs(path):
-        candidates = [path]
-    else:
-        candidates = [os.path.join(os.getcwd(), path), os.path.join(_PROJECT_ROOT, path),
-                      os.path.join(_PACKAGE_ROOT, path)]
-    for candidate in candidates:
-        if os.path.isfile(candidate):
-            return os.path.abspath(candidate)
-    raise ToolConfigError(f"tool config {path!r} not found (looked in {', '.join(candidates)}). Fix: set "
-                          "actor_rollout_ref.rollout.multi_turn.tool_config_path to an existing YAML file, e.g. "
-                          "minirl/tools/config/calculator_tool_config.yaml.")
+    """An absolute path as is; else the first of cwd/path, <project root>/path, <package>/path that exists.
+
+    The search is `minirl.config.schema_multi_turn.find_tool_config` (the config check looks the same way).
+    """
+    found = find_tool_config(path)
+    if found is None:
+        raise ToolConfigError(f"tool config {str(path)!r} not found (looked in {', '.join(tool_config_candidates(path))}). "
+                              "Fix: set actor_rollout_ref.rollout.multi_turn.tool_config_path to an existing YAML file, "
+                              "e.g. minirl/tools/config/calculator_tool_config.yaml.")
+    return found
+
+
+def _where(error: BaseException) -> str:
+    """' (file.py:LINE)': where the innermost frame of `error` ran, or ''."""
+    tb = error.__traceback__
+    if tb is None:
+        return ""
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return f" ({tb.tb_frame.f_code.co_filename}:{tb.tb_lineno})"
 
 
 def get_tool_class(cls_name: str) -> type:
     """Import `package.module.Class` (verl: `get_tool_class`); the class must subclass `BaseTool`."""
     module_name, _, class_name = str(cls_name).rpartition(".")
     if not module_name:
-        raise ToolConfigError(f"class_name {cls_name!r} is not a dotted path; write it as package.module.Class.")
+        raise ToolConfigError(f"class_name {cls_name!r} is not a dotted path. Fix: write it as package.module.Class.")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise ToolConfigError(f"class_name {cls_name!r}: cannot import module {module_name!r} ({e}).") from None
+        raise ToolConfigError(f"class_name {cls_name!r}: cannot import module {module_name!r} ({e}). Fix: a module "
+                              "on the Python path (PYTHONPATH, or an installed package).") from None
+    except Exception as e:  # noqa: BLE001 (the module's own code raised while it was imported)
+        raise ToolConfigError(f"class_name {cls_name!r}: importing {module_name!r} raised {type(e).__name__}: "
+                              f"{e}{_where(e)}. Fix: correct the module at that line.") from None
     cls = getattr(module, class_name, None)
     if not (isinstance(cls, type) and issubclass(cls, BaseTool)):
-        raise ToolConfigError(f"class_name {cls_name!r}: {module_name} has no BaseTool subclass {class_name!r}.")
+        raise ToolConfigError(f"class_name {cls_name!r}: {module_name} has no BaseTool subclass {class_name!r}. Fix: "
+                              "name a class that subclasses minirl.tools.BaseTool.")
     return cls
 
 
@@ -93,9 +102,16 @@ def initialize_tools_from_config(tools_config_file: str) -> list[BaseTool]:
             raise ToolConfigError(f"{where}: config.type={config.get('type')!r}; verl's only tool type is native.")
         try:
             schema = OpenAIFunctionToolSchema.from_dict(entry["tool_schema"]) if entry.get("tool_schema") else None
-            tool = get_tool_class(entry["class_name"])(config=config, tool_schema=schema)
+            cls = get_tool_class(entry["class_name"])
         except (SchemaError, ToolConfigError, ValueError) as e:
             raise ToolConfigError(f"{where}: {e}") from None
+        try:
+            tool = cls(config=config, tool_schema=schema)
+        except (SchemaError, ToolConfigError) as e:
+            raise ToolConfigError(f"{where}: {e}") from None
+        except Exception as e:  # noqa: BLE001 (any error of the tool's own __init__ is one line, not a traceback)
+            raise ToolConfigError(f"{where}: {cls.__name__}(config=..., tool_schema=...) raised {type(e).__name__}: "
+                                  f"{e}{_where(e)}. Fix: the tool's config: block, or the class's __init__.") from None
         if tool.name in names:
             raise ToolConfigError(f"{where}: a second tool named {tool.name!r}; tool names must be unique.")
         names.add(tool.name)

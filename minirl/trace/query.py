@@ -85,12 +85,14 @@ def stage_rank(stage: str) -> int:
 
 
 def is_wall_time(extra_key: str) -> bool:
-    """Whether a stage extra (or a key inside one) is a wall time: it differs on every run.
+    """Whether a stage extra (or a key inside one) differs on every run: a wall time or a process id.
 
-    `*timing*`, seconds (`s`, `*_s`), and clock readings (`start`, `end`, `*_start`, `*_end`).
+    `*timing*`, seconds (`s`, `*_s`), clock readings (`start`, `end`, `*_start`, `*_end`), and the ids of the
+    processes that did the work (`pid`, `*_pid`, `*_pids`: the agent-loop workers, the engine's process).
     """
     key = str(extra_key)
-    return "timing" in key or key in ("s", "start", "end") or key.endswith(("_s", "_start", "_end"))
+    return ("timing" in key or key in ("s", "start", "end", "pid") or
+            key.endswith(("_s", "_start", "_end", "_pid", "_pids")))
 
 
 def timeline(events: list[dict], step: int) -> list[dict]:

@@ -2,7 +2,7 @@
 
 No verl counterpart. `traces/manifest.json` names each reference trace with the overrides that
 record it and what it `requires` (`ray`, `vllm`, `cuda`); `traces/<name>/trace.jsonl` is the
-recording. tests/test_trace_regression.py re-runs every recorded entry with the same config (same
+recording. tests/e2e/test_trace_regression.py re-runs every recorded entry with the same config (same
 seeds, one torch thread) and asserts `compare_traces(reference, fresh) == []`
 (`minirl.trace.compare`).
 

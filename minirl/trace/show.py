@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from minirl.trace.query import check_step, field_records, run_info, stage_events, steps
 
-__all__ = ["CELL_KEY", "cell", "format_ranks", "format_show", "rank_layouts", "rank_table", "show_table",
+__all__ = ["CELL_KEY", "cell", "format_ranks", "format_show", "pipeline_schedule", "rank_calls", "rank_layouts",
+           "rank_table", "show_table",
            "worker_events"]
 
 CELL_KEY = "+ added   ~ changed   - removed   r read   . present"
@@ -125,7 +126,7 @@ def rank_table(events: list[dict], step: int) -> list[dict]:
 
     A worker call belongs to the stage whose span holds its start (the controller's span opens before
     the dispatch and closes after the collect). `passes` summarises each engine pass:
-    `kind: micro-batches x rows (tokens) | collectives`.
+    `kind: micro-batches x rows (tokens) | collectives`, and with a pipeline `| pp stage s/P: F0 F1 B0 ...`.
     """
     check_step(events, step)
     stages = stage_events(events, step)
@@ -136,13 +137,64 @@ def rank_table(events: list[dict], step: int) -> list[dict]:
             continue
         proto = _first_proto(ev)
         passes = [f"{n['pass']}: {n.get('micro_batches', '?')} x {n.get('sizes', '?')} "
-                  f"(tokens {n.get('tokens', '?')}) | {_collectives(n)}" for n in ev.get("passes", [])]
+                  f"(tokens {n.get('tokens', '?')}) | {_collectives(n)}{_pipeline(n)}" for n in ev.get("passes", [])]
         rows.append({"stage": stage["stage"], "rank": ev["rank"], "method": ev["method"], "dispatch": ev.get("dispatch"),
                      "dp_rank": ev.get("dp_rank"), "collected": ev.get("collected"), "rows": proto.get("rows"),
                      "input_ids": proto.get("batch", {}).get("input_ids"), "passes": passes,
                      "wall_s": ev.get("wall_s"), "_order": (stages.index(stage), ev["rank"], ev.get("t_start", 0.0))})
     rows.sort(key=lambda r: r.pop("_order"))
     return rows
+
+
+def _pipeline(note: dict) -> str:
+    """` | pp stage 0/2: F0 F1 B0 ...`: a pipeline stage's schedule, in the order it ran (empty without one)."""
+    pipe = note.get("pipeline")
+    if not pipe or pipe.get("pp_size", 1) <= 1:
+        return ""
+    ops = " ".join(f"{o['op'][0].upper()}{o['micro_batch']}" for o in pipe.get("ops", []))
+    return f" | pp stage {pipe['pp_rank']}/{pipe['pp_size']}: {ops}"
+
+
+def rank_calls(events: list[dict], method: str, call: int = 0) -> dict[int, dict]:
+    """rank -> that rank's `call`-th call of worker `method` (0: the first), in the order each rank ran them.
+
+    Without the controller's stage spans (a trace of worker calls only, as `minirl.notebook.layouts`
+    writes) this is how a rank's share of one call is found.
+    """
+    per_rank: dict[int, list] = {}
+    for ev in worker_events(events):
+        if ev["method"] == method:
+            per_rank.setdefault(ev["rank"], []).append(ev)
+    return {rank: sorted(evs, key=lambda e: e.get("t_start", 0.0))[call] for rank, evs in sorted(per_rank.items())
+            if len(evs) > call}
+
+
+def pipeline_schedule(events: list[dict], method: str = "update_actor", call: int = 0, pass_kind: str = "train"
+                      ) -> dict[int, dict]:
+    """rank -> its pipeline stage's schedule in one call: ops with start/end in seconds since the first op of any rank.
+
+    Each value: `pp_rank`, `pp_size`, `num_micro_batches`, `ops` (`op`, `micro_batch`, `start_s`, `end_s`),
+    `busy_s` (time in forward and backward), `span_s` (first op of any rank to last op of any rank) and
+    `idle` (`1 - busy_s / span_s`: this stage's share of the span spent waiting, the measured bubble plus
+    any imbalance between stages). Empty when the call ran no pipeline (or one of a single stage).
+    """
+    notes = {}
+    for rank, ev in rank_calls(events, method, call).items():
+        note = next((p for p in ev.get("passes", []) if p.get("pass") == pass_kind
+                     and p.get("pipeline", {}).get("pp_size", 1) > 1), None)
+        if note is not None:
+            notes[rank] = note["pipeline"]
+    if not notes:
+        return {}
+    t0 = min(o["t_start"] for n in notes.values() for o in n["ops"])
+    t1 = max(o["t_end"] for n in notes.values() for o in n["ops"])
+    span = max(t1 - t0, 1e-9)
+    return {rank: {"pp_rank": n["pp_rank"], "pp_size": n["pp_size"], "tp_rank": n.get("tp_rank"),
+                   "dp_rank": n.get("dp_rank"), "num_micro_batches": n["num_micro_batches"],
+                   "ops": [{"op": o["op"], "micro_batch": o["micro_batch"], "start_s": o["t_start"] - t0,
+                            "end_s": o["t_end"] - t0} for o in n["ops"]],
+                   "busy_s": n["busy_s"], "span_s": span, "idle": 1.0 - n["busy_s"] / span}
+            for rank, n in notes.items()}
 
 
 def rank_layouts(events: list[dict]) -> list[dict]:

@@ -5,7 +5,7 @@ A stage name in a trace (`advantage`, `update_actor` ...) is a span in the train
 (`verl/trainer/ppo/v1/trainer_base.py:538`) stage for stage. `STAGE_INFO` maps each name to the
 minirl method, the verl symbol(s) and the condition under which the stage runs at all (the
 "branches" that `minirl trace diff` reports). The lineage view prints these, so a reader can go from
-a field in a trace to the code that made it, in minirl and in verl. tests/test_trace.py checks every
+a field in a trace to the code that made it, in minirl and in verl. tests/unit/test_trace.py checks every
 verl line against the index of the pinned commit and every minirl method against the trainer.
 """
 

@@ -16,7 +16,9 @@ this module records the other side of it. Each worker process opens its own part
 - `passes`: for each engine pass (`train_batch` / `infer_batch`), the micro-batches (count, rows,
   tokens, response tokens), the global numbers the loss normalises with, and the collectives that
   ran, by phase, each with the global ranks of its process group (`engine_pass`,
-  `note_micro_batches`).
+  `note_micro_batches`); with a pipeline (the Megatron-layout engine) also `pipeline`: this stage's
+  schedule, every forward and backward with its micro-batch and wall-clock start and end
+  (`note_pipeline_schedule`).
 
 Why part files and not the controller's trace: the events must survive exactly the runs where the
 controller gets nothing back (a hung collective, a dead peer), and a worker's event is written when
@@ -43,7 +45,8 @@ import torch
 from minirl.trace.recorder import Tracer
 
 __all__ = ["close_worker_tracer", "current_worker_call", "describe_value", "engine_pass", "get_worker_tracer",
-           "init_worker_tracer", "note_engine_layout", "note_micro_batches", "phase", "worker_call"]
+           "init_worker_tracer", "note_engine_layout", "note_micro_batches", "note_pipeline_schedule", "phase",
+           "worker_call"]
 
 _tracer: Tracer | None = None  # this process's part-file tracer (one per process, shared by colocated roles)
 _open_calls: list[dict] = []  # the worker calls being recorded, innermost last
@@ -184,6 +187,24 @@ def note_micro_batches(micro_batches, global_info: dict, **extra) -> None:
     passes[-1].update(micro_batches=len(sizes), sizes=sizes, tokens=tokens, response_tokens=response_tokens,
                       **{k: global_info[k] for k in ("dp_size", "global_batch_size", "batch_num_tokens")
                          if k in global_info}, **extra)
+
+
+def note_pipeline_schedule(ops: list[dict], **info) -> None:
+    """Note a pipeline stage's schedule in the current engine pass: `info` and its ops, in the order run.
+
+    Each op is `{"op": "forward" | "backward", "micro_batch": i, "t_start", "t_end"}` (wall clock,
+    comparable across the ranks of one machine); `busy_s` is their summed duration. The idle time
+    between the first and the last op of all stages (the pipeline bubble) is read from the merged ranks.
+    """
+    call = current_worker_call()
+    if call is None:
+        return
+    passes = call.setdefault("passes", [])
+    if not passes:
+        passes.append({"pass": "forward_backward"})
+    rounded = [{**o, "t_start": round(o["t_start"], 6), "t_end": round(o["t_end"], 6)} for o in ops]
+    passes[-1]["pipeline"] = {**info, "busy_s": round(sum(o["t_end"] - o["t_start"] for o in ops), 6),
+                              "ops": rounded}
 
 
 @contextmanager

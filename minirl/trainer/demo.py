@@ -2,7 +2,7 @@
 
 1. SFT teaches the `#### <answer>` format until greedy validation accuracy first reaches 0.2
    (accuracy jumps suddenly during SFT; see ENVIRONMENT-FACTS "Learning on 2 CPU cores"). This is the
-   embedded default model `minirl://tiny-qwen2-sft` (`minirl.models.warm_start`): built once, cached in
+   embedded default model `minirl://tiny-qwen2-sft` (`minirl.trainer.warm_start`): built once, cached in
    `$MINIRL_CACHE/models/tiny-qwen2-sft`, reused by every later demo and `minirl train`.
 2. GRPO (`minirl train`) starts from it; validation accuracy is printed every `trainer.test_freq` steps,
    metrics go to `<default_local_dir>/metrics.jsonl`, the curve to `reward_curve.png`, the trace to
@@ -26,7 +26,7 @@ DEMO_DEFAULTS = [
 
 def warm_start() -> str:
     """The directory of `minirl://tiny-qwen2-sft`, the cached SFT warm start (trained first if missing)."""
-    from minirl.models import build_warm_start
+    from minirl.trainer.warm_start import build_warm_start
 
     path = build_warm_start("tiny-qwen2-sft")
     print(f"[demo] SFT warm start: minirl://tiny-qwen2-sft ({path})")
@@ -43,17 +43,26 @@ def main(overrides=()) -> int:
     except ConfigError as e:
         print(f"minirl demo: {e}", file=sys.stderr)
         return 2
-    from minirl.trainer.main_ppo import run_errors
+    from minirl.trainer.main_ppo import user_error
+    from minirl.utils.interrupt import stop_on_signals, stopped_line
 
     try:
-        path = warm_start()
-        cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
-        print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
-        trainer = TaskRunnerV1().run(cfg)
-    except run_errors() as e:
+        with stop_on_signals():
+            path = warm_start()
+            cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
+            print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
+            trainer = TaskRunnerV1().run(cfg)
+    except KeyboardInterrupt as e:
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise
-        print(f"minirl demo: {e}", file=sys.stderr)
+        line, code = stopped_line("minirl demo", e)
+        print(line, file=sys.stderr)
+        return code
+    except Exception as e:
+        error = user_error(e)
+        if error is None or os.environ.get("MINIRL_DEBUG") == "1":
+            raise
+        print(f"minirl demo: {error}", file=sys.stderr)
         return 2
     val = [r for r in trainer.history if any(k.startswith("val-core/") and "/acc/" in k for k in r)]
     if val:

@@ -23,28 +23,40 @@ class TaskRunnerV1:
 
     def build(self, config):
         """Tokenizer, datasets, reward managers and the trainer, with workers initialised."""
+        address = config.ray_kwargs.ray_init.get("address")
+        if address not in (None, "local") and config.trainer.worker_group != "inprocess":
+            from minirl.single_controller.cluster_address import ClusterAddressError, check_cluster_address
+
+            try:
+                check_cluster_address(address)  # one line within seconds, before anything is imported or built
+            except ClusterAddressError as e:
+                raise ConfigError(str(e)) from None
         import torch
         import transformers
 
         from minirl.data.rl_dataset import RLDataset, collate_fn
         from minirl.data.tasks import resolve_data_files
-        from minirl.models import load_model_config, load_tokenizer, resolve_model_path
+        from minirl.models import load_checked, load_model_config, load_tokenizer, resolve_model_path
         from minirl.trainer.ppo import get_trainer_cls
+        from minirl.trainer.warm_start import build_warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft)
 
         transformers.utils.logging.disable_progress_bar()  # one bar per weight load is noise in a notebook
         transformers.utils.logging.set_verbosity_error()  # the critic's new value head is expected
         torch.manual_seed(int(config.trainer.seed))
         model = config.actor_rollout_ref.model
+        check_output_dir(config.trainer.default_local_dir, "trainer.default_local_dir")
         model.path = resolve_model_path(model.path)
-        config.critic.model.path = resolve_model_path(config.critic.model.path)
-        tokenizer = load_tokenizer(model.tokenizer_path or model.path)
-        hf_config = load_model_config(model.path)
+        config.critic.model.path = resolve_model_path(config.critic.model.path, "critic.model.path")
+        tokenizer_key = "actor_rollout_ref.model.tokenizer_path" if model.tokenizer_path else "actor_rollout_ref.model.path"
+        tokenizer = load_checked(load_tokenizer, model.tokenizer_path or model.path, tokenizer_key, "tokenizer")
+        hf_config = load_checked(load_model_config, model.path, "actor_rollout_ref.model.path", "config")
         check_model_length(config, getattr(hf_config, "max_position_embeddings", 10**9))
         train_files = _existing(resolve_data_files(config.data.train_files, config.data.builtin), "data.train_files")
         val_files = _existing(resolve_data_files(config.data.val_files, config.data.builtin), "data.val_files") \
             if config.data.val_files else None
         train = RLDataset(train_files, tokenizer, config.data, max_samples=int(config.data.train_max_samples))
         _check_one_batch(train, int(config.data.train_batch_size))
+        _check_warmup(config, train)
         val = RLDataset(val_files, tokenizer, config.data, max_samples=int(config.data.val_max_samples)) if val_files else None
         trainer_cls = get_trainer_cls(config.trainer.v1.trainer_mode)
         # the reward loop (reward function checked, reward-model server started) is built first by init_workers
@@ -103,6 +115,20 @@ def _existing(paths: list[str], key: str) -> list[str]:
     return paths
 
 
+def check_output_dir(path, key: str) -> None:
+    """A `ConfigError` (one line) unless `path` is, or can become, a writable directory: checked before any work."""
+    path = os.path.abspath(os.path.expanduser(str(path)))
+    probe = path
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        raise ConfigError(f"{key}={path!r}: {probe} is a file, so no directory can be made there. Fix: {key}=<a "
+                          "directory path>.")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ConfigError(f"{key}={path!r}: {probe} is not writable by this user. Fix: {key}=<a directory you can "
+                          "write>.")
+
+
 def _check_one_batch(dataset, batch_size: int) -> None:
     """At least one full batch of prompts, or a `DataError` naming the files (before any model is built)."""
     from minirl.data.rl_dataset import DataError
@@ -116,6 +142,22 @@ def _check_one_batch(dataset, batch_size: int) -> None:
                     "(data.builtin.n_train for a minirl:// task).")
 
 
+def _check_warmup(config, dataset) -> None:
+    """An async trainer's warm-up must fit in one pass over the data (else it generates prompts twice, silently)."""
+    mode = str(config.trainer.v1.trainer_mode)
+    if mode not in ("colocate_async", "separate_async"):
+        return
+    warmup = int(config.trainer.v1[mode].num_warmup_batches)
+    size = int(config.data.train_batch_size)
+    batches = len(dataset) // size
+    if warmup + 1 > batches:
+        raise ConfigError(f"trainer.v1.{mode}.num_warmup_batches={warmup}: the first step needs {warmup + 1} batches "
+                          f"of data.train_batch_size={size} prompts in flight ({warmup} ahead + its own), but the "
+                          f"training data ({', '.join(dataset.data_files)}) holds {len(dataset)} prompts, "
+                          f"{batches} batch(es). Fix: trainer.v1.{mode}.num_warmup_batches={max(0, batches - 1)}, or "
+                          "more rows (data.builtin.n_train for a minirl:// task).")
+
+
 # Errors that mean "the run was set up wrong", reported in one line; anything else keeps its traceback.
 USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError)
 
@@ -123,26 +165,51 @@ USER_ERRORS = (ConfigError, FileNotFoundError, NotADirectoryError)
 def run_errors() -> tuple:
     """Everything `minirl train` (and `minirl demo`) reports in one line, exit 2: `USER_ERRORS`, bad data, a
     damaged checkpoint, a NaN/inf that stopped the run, a tool config that does not build, a reward function
-    or reward-model server that fails (imported here: they live in modules that import torch)."""
+    or reward-model server that fails, a rollout server that died or hung (imported here: they live in
+    modules that import torch)."""
     from minirl.data.rl_dataset import DataError
     from minirl.tools.tool_registry import ToolConfigError
     from minirl.trainer.ppo.checkpointing import CheckpointError
     from minirl.trainer.ppo.finite_checks import NonFiniteError
     from minirl.workers.reward import RewardFunctionError, RewardModelServerError
+    from minirl.workers.rollout.rpc import ServerLost
 
     return (*USER_ERRORS, DataError, CheckpointError, NonFiniteError, ToolConfigError, RewardFunctionError,
-            RewardModelServerError)
+            RewardModelServerError, ServerLost)
+
+
+def user_error(error: BaseException, errors: tuple | None = None) -> BaseException | None:
+    """`error`, or the first error it was raised `from` that is one of `run_errors()` (a wrapper such as
+    'background generation failed: ...' must not turn a one-line error back into a traceback); else None."""
+    errors = errors or run_errors()
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, errors):
+            return error
+        seen.add(id(error))
+        error = error.__cause__
+    return None
 
 
 def main(argv=None) -> int:
+    from minirl.utils.interrupt import stop_on_signals, stopped_line
+
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        config = load(argv)
-        TaskRunnerV1().run(config)
-    except run_errors() as e:
+        with stop_on_signals():
+            config = load(argv)
+            TaskRunnerV1().run(config)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (stop_on_signals): the servers are stopped by now
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise
-        print(f"minirl train: {e}", file=sys.stderr)
+        line, code = stopped_line("minirl train", e)
+        print(line, file=sys.stderr)
+        return code
+    except Exception as e:
+        error = user_error(e)
+        if error is None or os.environ.get("MINIRL_DEBUG") == "1":
+            raise
+        print(f"minirl train: {error}", file=sys.stderr)
         print("(set MINIRL_DEBUG=1 for the traceback)", file=sys.stderr)
         return 2
     return 0

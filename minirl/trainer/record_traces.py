@@ -11,7 +11,7 @@ masked. When a change to the loop is *meant* to change a trace, re-record and co
     bash scripts/record_traces.sh grpo                   # one entry (also a pending one)
     python -m minirl.trainer.record_traces list          # what the manifest holds and whether each is recorded
 
-tests/test_trace_regression.py calls `run_entry` to run each recorded entry again and compares.
+tests/e2e/test_trace_regression.py calls `run_entry` to run each recorded entry again and compares.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def write_readme(root=None) -> Path:
     root = Path(root) if root else default_traces_root()
     man = load_manifest(root)
     lines = ["# Reference traces", "",
-             "Recorded runs that CI re-runs and compares (tests/test_trace_regression.py): same stages in the same",
+             "Recorded runs that CI re-runs and compares (tests/e2e/test_trace_regression.py): same stages in the same",
              "order, same fields with the same shapes, dtypes, devices and weight versions; summaries and metrics",
              (f"within rtol={man.get('tolerance', {}).get('rtol')} / atol={man.get('tolerance', {}).get('atol')}. "
               "Look at one with `minirl trace show grpo`, `minirl trace lineage grpo advantages`,"),

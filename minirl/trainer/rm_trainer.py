@@ -114,7 +114,8 @@ def evaluate(model, tokenizer, pairs: list[dict], batch_size: int = 256) -> dict
             "base_rate_correct": rate(labels), "majority_accuracy": max(rate(labels), 1 - rate(labels))}
 
 
-def _train(model, tokenizer, pairs: list[dict], epochs: int, lr: float, batch_size: int, seed: int) -> list[float]:
+def _train(model, tokenizer, pairs: list[dict], epochs: int, lr: float, batch_size: int, seed: int,
+           on_epoch=None) -> list[float]:
     import torch
 
     from minirl.workers.reward.rm_server import encode
@@ -141,22 +142,55 @@ def _train(model, tokenizer, pairs: list[dict], epochs: int, lr: float, batch_si
             opt.step()
             sched.step()
             losses.append(float(loss.detach()))
+        if on_epoch is not None:
+            on_epoch()
     return losses
 
 
-def train_reward_model(out_dir: str, quiet: bool = False, **settings) -> dict:
+_MINIMUM = {"prompts": 1, "samples": 1, "heldout": 1, "epochs": 1, "batch_size": 1, "response_length": 1}
+_MEANING = {"prompts": "training problems", "samples": "responses sampled per problem", "heldout": "held-out problems",
+            "epochs": "passes over the pairs", "batch_size": "pairs per optimizer step",
+            "response_length": "tokens per sampled response", "lr": "the learning rate"}
+
+
+def settings_problems(cfg: dict, flags: bool = True) -> list[str]:
+    """One line per bad setting, named as the user wrote it (`--batch-size` for the CLI, `batch_size=` in Python)."""
+    import math
+
+    def name(key):
+        return f"--{key.replace('_', '-')}" if flags else key
+
+    def sep():
+        return " " if flags else "="
+
+    problems = []
+    for key, low in _MINIMUM.items():
+        value = cfg[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            problems.append(f"{name(key)}{sep()}{value!r} must be an integer >= {low} ({_MEANING[key]}). "
+                            f"Fix: {name(key)}{sep()}{RM_DEFAULTS[key]} (the default).")
+    lr = cfg["lr"]
+    if not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        problems.append(f"{name('lr')}{sep()}{lr!r} must be a finite number > 0 ({_MEANING['lr']}). "
+                        f"Fix: {name('lr')}{sep()}{RM_DEFAULTS['lr']} (the default).")
+    return problems
+
+
+def train_reward_model(out_dir: str, quiet: bool = False, progress: str | None = None, **settings) -> dict:
     """Sample, label, train and evaluate a reward model; save it to `out_dir`. Returns the report.
 
     `settings` override `RM_DEFAULTS` (policy, prompts, samples, heldout, epochs, lr, batch_size,
     response_length, seed). The report (also `out_dir/rm_report.json`) has the settings, the data
-    counts, the held-out metrics (`evaluate`) and the wall time.
+    counts, the held-out metrics (`evaluate`) and the wall time. `progress` names the build for a bar
+    over its phases (sample, sample held-out, each epoch, evaluate; `minirl.utils.progress`).
     """
     import torch
     import transformers
     from transformers import AutoModelForSequenceClassification
 
     from minirl.data.tasks import make_arithmetic_rows
-    from minirl.models import load_tokenizer, resolve_model_path
+    from minirl.models import load_checked, load_tokenizer, resolve_model_path
+    from minirl.trainer.warm_start import build_warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft)
 
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()  # the new score head is expected
@@ -164,23 +198,40 @@ def train_reward_model(out_dir: str, quiet: bool = False, **settings) -> dict:
     unknown = set(cfg) - set(RM_DEFAULTS)
     if unknown:
         raise TypeError(f"train_reward_model: unknown settings {sorted(unknown)}; known: {sorted(RM_DEFAULTS)}")
+    problems = settings_problems(cfg, flags=False)
+    if problems:
+        raise ValueError("train_reward_model: " + "; ".join(problems))
     t0 = time.time()
     say = (lambda msg: None) if quiet else (lambda msg: print(f"[train-rm] {msg}", flush=True))
-    policy = resolve_model_path(cfg["policy"])
-    tokenizer = load_tokenizer(policy)
+    policy = resolve_model_path(cfg["policy"], "policy")
+    tokenizer = load_checked(load_tokenizer, policy, "policy", "tokenizer")
     seed = int(cfg["seed"])
     train_rows = make_arithmetic_rows(int(cfg["prompts"]), seed=seed, split="train")
     test_rows = make_arithmetic_rows(int(cfg["heldout"]), seed=seed, split="test")
+    from minirl.utils.progress import build_progress
+
+    epochs = int(cfg["epochs"])
+    bar = build_progress(progress or "reward model", epochs + 3, f"sample {int(cfg['prompts']) * int(cfg['samples'])} "
+                         f"responses, label them by the rule, train {epochs} epochs; about 10-60 s on 2 cores",
+                         unit="phase", disable=progress is None and quiet)
+    bar.set_postfix_str("sampling the policy")
     train = sample_pairs(policy, tokenizer, train_rows, int(cfg["samples"]), int(cfg["response_length"]), seed)
+    bar.update(1)
     test = sample_pairs(policy, tokenizer, test_rows, int(cfg["samples"]), int(cfg["response_length"]), seed + 1)
+    bar.update(1)
+    bar.set_postfix_str("training")
     say(f"{len(train)} training pairs from {policy} ({sum(p['label'] for p in train)} correct), "
         f"{len(test)} held-out pairs ({time.time() - t0:.0f} s)")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForSequenceClassification.from_pretrained(policy, num_labels=2, dtype=torch.float32)
         model.config.pad_token_id = tokenizer.pad_token_id
-        losses = _train(model, tokenizer, train, int(cfg["epochs"]), float(cfg["lr"]), int(cfg["batch_size"]), seed)
+        losses = _train(model, tokenizer, train, epochs, float(cfg["lr"]), int(cfg["batch_size"]), seed,
+                        on_epoch=lambda: bar.update(1))
+    bar.set_postfix_str("evaluating")
     metrics = evaluate(model, tokenizer, test)
+    bar.update(1)
+    bar.close()
     report = {"settings": cfg, "policy_dir": policy, "train_pairs": len(train),
               "train_correct": sum(p["label"] for p in train), "final_loss": sum(losses[-10:]) / max(1, len(losses[-10:])),
               "heldout": metrics, "wall_s": round(time.time() - t0, 1)}
@@ -199,7 +250,7 @@ def train_reward_model(out_dir: str, quiet: bool = False, **settings) -> dict:
 def build_reward_model(name: str = "tiny-qwen2-rm") -> str:
     """A reward model for notebooks and tests, built once (smaller settings) and cached in `$MINIRL_CACHE/models`."""
     from minirl.models.tiny import MARKER_FILE, default_cache_dir, is_complete_build
-    from minirl.models.warm_start import _file_lock
+    from minirl.utils.py_functional import file_lock
 
     settings = {**RM_DEFAULTS, **_CACHED}
     fingerprint = hashlib.sha256(json.dumps({"settings": settings, "v": _BUILD_VERSION}, sort_keys=True)
@@ -215,7 +266,7 @@ def build_reward_model(name: str = "tiny-qwen2-rm") -> str:
     if current():
         return out
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    with _file_lock(os.path.join(os.path.dirname(out), f".{name}.lock")):
+    with file_lock(os.path.join(os.path.dirname(out), f".{name}.lock")):
         if current():
             return out
         print(f"[minirl] building the reward model {name} once (cached in {out}): minirl train-rm "
@@ -223,7 +274,7 @@ def build_reward_model(name: str = "tiny-qwen2-rm") -> str:
         tmp = tempfile.mkdtemp(prefix=f".{name}.building-", dir=os.path.dirname(out))
         try:
             state = random.getstate()
-            report = train_reward_model(tmp, quiet=True, **_CACHED)
+            report = train_reward_model(tmp, quiet=True, progress=f"building the reward model {name}", **_CACHED)
             random.setstate(state)
             with open(os.path.join(tmp, MARKER_FILE), "w") as f:
                 json.dump({"preset": name, "fingerprint": fingerprint, "heldout": report["heldout"]}, f, indent=2)
@@ -245,12 +296,54 @@ def add_arguments(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     return p
 
 
+def check_args(args: dict) -> str:
+    """`minirl train-rm`'s own checks, before any work: the flags' values, `--policy`, `--out`; '' when all pass."""
+    from minirl.models import MODEL_PRESETS, ModelPathError, check_model_dir, resolve_model_path
+    from minirl.models.loading import MINIRL_SCHEME
+    from minirl.trainer.warm_start import build_warm_start  # noqa: F401 (registers minirl://tiny-qwen2-sft)
+
+    problems = settings_problems({**RM_DEFAULTS, **{k: v for k, v in args.items() if k in RM_DEFAULTS}})
+    policy = str(args.get("policy", RM_DEFAULTS["policy"]))
+    local = os.path.expanduser(policy)
+    try:  # what resolve_model_path would say, without building a preset
+        if policy.startswith(MINIRL_SCHEME):
+            if policy[len(MINIRL_SCHEME):].strip("/") not in MODEL_PRESETS:
+                resolve_model_path(policy, "--policy")  # raises, naming the known presets
+        elif os.path.isdir(local):
+            check_model_dir(local, "--policy")
+        elif os.path.exists(local) or policy.startswith(("/", "./", "../", "~")):
+            raise ModelPathError(f"--policy {policy}: no such model directory. Fix: --policy "
+                                 f"{RM_DEFAULTS['policy']} (the default), or a directory with config.json and weights.")
+    except ModelPathError as e:
+        problems.append(str(e).replace("--policy=", "--policy "))
+    out = os.path.abspath(os.path.expanduser(str(args.get("out"))))
+    probe = out
+    while not os.path.exists(probe):
+        probe = os.path.dirname(probe)
+    if not os.path.isdir(probe):
+        problems.append(f"--out {out}: {probe} is a file, so the model cannot be saved there. Fix: --out <a directory>.")
+    elif not os.access(probe, os.W_OK | os.X_OK):
+        problems.append(f"--out {out}: {probe} is not writable. Fix: --out <a directory you can write>.")
+    return " | ".join(problems)
+
+
 def run_args(args: dict) -> int:
-    """Run `minirl train-rm` with parsed arguments; exit code 2 (one line) on a bad setting or path."""
+    """Run `minirl train-rm` with parsed arguments; exit code 2 (one line) on a bad flag or path, before any work."""
+    from minirl.utils.interrupt import stop_on_signals, stopped_line
+
     args = {k: v for k, v in args.items() if k == "out" or k in RM_DEFAULTS}
+    problem = check_args(args)
+    if problem:
+        print(f"minirl train-rm: {problem}", file=sys.stderr)
+        return 2
     out = os.path.abspath(os.path.expanduser(args.pop("out")))
     try:
-        train_reward_model(out, **args)
+        with stop_on_signals():
+            train_reward_model(out, **args)
+    except KeyboardInterrupt as e:
+        line, code = stopped_line("minirl train-rm", e)
+        print(line.split(";")[0] + f"; nothing was saved unless {out} has rm_report.json.", file=sys.stderr)
+        return code
     except (FileNotFoundError, ValueError, OSError) as e:
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise

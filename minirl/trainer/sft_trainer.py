@@ -23,7 +23,7 @@ level `fields`), one span per stage of each step, so `minirl trace show` reads a
 
 `trace.level=off|stages|fields` and `trace.dir=...` are read by `run_sft` itself, not by the SFT
 config (`minirl/config/sft_trainer.yaml`): where a run's trace goes is observation, not recipe, so the
-warm start's recipe fingerprint (`minirl.models.warm_start`) does not depend on it.
+warm start's recipe fingerprint (`minirl.trainer.warm_start`) does not depend on it.
 """
 
 from __future__ import annotations
@@ -43,8 +43,9 @@ from tqdm.auto import tqdm
 from minirl.agent_loop.continuous_token import tokenize_conversation
 from minirl.protocol import DataProto
 from minirl.trace import NullTracer, Tracer
-from minirl.trainer.ppo.finite_checks import json_row
 from minirl.transfer_queue import build_model_inputs
+from minirl.utils.progress import build_progress
+from minirl.utils.tracking import json_row
 
 
 def tokenize_sft(rows: list[dict], tokenizer, prompt_length: int, response_length: int) -> DataProto:
@@ -158,17 +159,20 @@ def _traced_tokenize(tracer, step: int, rows: list[dict], tokenizer, cfg) -> Dat
     return data
 
 
-def run_sft(overrides=(), quiet: bool = False) -> dict:
+def run_sft(overrides=(), quiet: bool = False, progress: tuple[str, str] | None = None) -> dict:
     """Train; returns {"path": saved HF dir, "val_acc": last accuracy, "steps": steps run, "history": [...],
     "trace_dir": where the trace went (None with `trace.level=off`)}.
 
     `overrides` are `minirl/config/sft_trainer.yaml` keys (`key=value`), plus `trace.level` / `trace.dir`.
+    `quiet` drops the per-evaluation lines and the bar; `progress=(what, about)` shows a build bar anyway
+    (`minirl.utils.progress.build_progress`: the warm start and the tool policy, which a notebook waits on).
     """
     import transformers
 
     from minirl.config import load_sft
     from minirl.data.tasks import make_sft_rows
-    from minirl.models import load_tokenizer, resolve_model_path
+    from minirl.models import load_checked, load_tokenizer, resolve_model_path
+    from minirl.trainer.main_ppo import check_output_dir
     from minirl.workers.engine_workers import build_engine
     from minirl.workers.utils.losses import sft_loss
 
@@ -176,8 +180,9 @@ def run_sft(overrides=(), quiet: bool = False) -> dict:
     overrides, trace = split_trace_overrides(overrides)
     cfg = load_sft(overrides)  # schema + checks of minirl/config/sft_trainer.yaml: ConfigError before any model
     torch.manual_seed(int(cfg.trainer.seed))
-    model_path = resolve_model_path(cfg.model.path)
-    tokenizer = load_tokenizer(model_path)
+    check_output_dir(cfg.trainer.default_local_dir, "trainer.default_local_dir")
+    model_path = resolve_model_path(cfg.model.path, "model.path")
+    tokenizer = load_checked(load_tokenizer, model_path, "model.path", "tokenizer")
     b = cfg.data.builtin
     task = str(cfg.data.train_files).split("://")[-1].split("/")[0]
     share = b.get("tool_fraction")  # multiply_tool: share of rows that show the tool call
@@ -196,7 +201,10 @@ def run_sft(overrides=(), quiet: bool = False) -> dict:
     gen = torch.Generator().manual_seed(int(cfg.trainer.seed))
     history, acc, t0 = [], 0.0, time.time()
     order = torch.randperm(len(train_rows), generator=gen).tolist()
-    bar = tqdm(total=steps, desc="SFT", disable=quiet or os.environ.get("MINIRL_NO_PROGRESS") == "1")
+    if progress is not None:
+        bar = build_progress(progress[0], steps, progress[1])
+    else:
+        bar = tqdm(total=steps, desc="SFT", disable=quiet or os.environ.get("MINIRL_NO_PROGRESS") == "1")
     log = open(out_dir / "sft_history.jsonl", "w", buffering=1)  # noqa: SIM115 (appended per step: nothing lost if killed)
     tracer = _open_tracer(cfg, trace)
     reads = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
@@ -244,14 +252,23 @@ def run_sft(overrides=(), quiet: bool = False) -> dict:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from minirl.config import ConfigError
+    from minirl.trainer.main_ppo import user_error
+    from minirl.utils.interrupt import stop_on_signals, stopped_line
 
     try:
-        res = run_sft(argv)
-    except (ConfigError, FileNotFoundError) as e:
+        with stop_on_signals():
+            res = run_sft(argv)
+    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the history written so far stands
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise
-        print(f"minirl sft: {e}", file=sys.stderr)
+        line, code = stopped_line("minirl sft", e)
+        print(line, file=sys.stderr)
+        return code
+    except Exception as e:
+        error = user_error(e)
+        if error is None or os.environ.get("MINIRL_DEBUG") == "1":
+            raise
+        print(f"minirl sft: {error}", file=sys.stderr)
         return 2
     print(f"SFT: {res['steps']} steps in {res['wall_s']:.0f} s, validation accuracy {res['val_acc']:.3f}; "
           f"model saved to {res['path']}")

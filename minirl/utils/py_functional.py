@@ -6,16 +6,19 @@
   async workers are Ray actors with their own loops; minirl runs agent loops, rollout servers'
   clients and weight syncs from the synchronous trainer, in scripts and notebooks alike.
 - `flatten_dict`: `{"a": {"b": 1}}` -> `{"a.b": 1}`, the dotted keys of the config and of traces.
+- `file_lock`: an exclusive lock on a file, so that two processes that build the same cached thing
+  (the warm start, a reward model, a tool-using policy) build it once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["flatten_dict", "run_coroutine"]
+__all__ = ["file_lock", "flatten_dict", "run_coroutine"]
 
 
 def run_coroutine(make_coro: Callable[[], Coroutine] | Coroutine) -> Any:
@@ -45,3 +48,19 @@ def flatten_dict(d: Mapping | None, prefix: str = "") -> dict:
         else:
             out[key] = v
     return out
+
+
+@contextlib.contextmanager
+def file_lock(path: str):
+    """An exclusive lock on `path` (created if missing); a second process waits here for the first."""
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): builds may race (each one should stay atomic)
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)

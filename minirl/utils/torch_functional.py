@@ -3,7 +3,7 @@ r"""Tensor helpers every room needs: masked statistics, clipping, log-probs and 
 Mirrors `verl/utils/torch_functional.py` at the pinned commit: `masked_sum` (`:273`), `masked_mean`
 (`:294`), `masked_var` (`:311`), `masked_whiten` (`:329`), `clip_by_value` (`:210`),
 `entropy_from_logits` (`:231`) and `logprobs_from_logits` (`:73`). The formulas of
-`minirl.trainer.core_algos` use the masked statistics, the engines use the log-prob and entropy
+`minirl.trainer.ppo.core_algos` use the masked statistics, the engines use the log-prob and entropy
 functions; neither imports the other, both import this module (it imports torch only).
 
 Simplified: `logprobs_from_logits` is plain `log_softmax` + `gather` (verl picks flash-attn's fused

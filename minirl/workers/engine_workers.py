@@ -6,7 +6,7 @@ verl (`verl/workers/engine_workers.py`):
   runs `ppo_epochs` passes, one optimizer step per mini-batch; `infer_batch` (`:397`) is forward-only.
 - `ActorRolloutRefWorker` (`:451`) holds the actor, the reference policy and the rollout in one
   process: the *hybrid engine*. `compute_log_prob` (`:702`), `compute_ref_log_prob` (`:695`),
-  `update_actor` (`:712`), `update_weights` (`:727`).
+  `update_actor` (`:712`), `update_weights` (`:727`), `execute_checkpoint_engine` (`:823`).
 - The critic is a `TrainingWorker` with a value-head engine.
 
 minirl keeps the rollout OUT of this worker: it is a separate replica object that receives weights
@@ -29,32 +29,40 @@ engine then sees the group and shards. verl does the same in `TrainingWorker.__i
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from functools import partial
 
 import torch
 import torch.distributed as dist
-from omegaconf import OmegaConf
 
+from minirl.checkpoint_engine.base import CheckpointEngine, CheckpointEngineRegistry, bucket_size_bytes
+from minirl.config.schema_engine import (
+    EngineConfig,
+    EngineModelConfig,
+    FSDPConfig,
+    MegatronEngineConfig,
+    ModelConfig,
+    TorchtitanEngineConfig,
+)
 from minirl.protocol import DataProto
 from minirl.single_controller.base.decorator import Dispatch, make_nd_compute_dataproto_dispatch_fn, register
 from minirl.single_controller.base.worker import Worker
 from minirl.trace.worker_trace import note_engine_layout
-from minirl.utils.config import cfg_get
+from minirl.utils import hooks
+from minirl.utils.config import omega_conf_to_dataclass
 from minirl.utils.distributed import init_process_group
 from minirl.workers.engine import EngineRegistry
 from minirl.workers.utils.losses import ppo_loss, value_loss
 
 # Metrics that loss functions report as this micro-batch's share of a global mean: summed, not averaged.
-SUM_METRICS = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "critic/vf_loss", "sft/loss")
+SUM_METRICS = ("actor/pg_loss", "actor/entropy_loss", "actor/kl_loss", "critic/vf_loss", "sft/loss",
+               "actor/distillation/loss")
 
 def _local(p: torch.Tensor) -> torch.Tensor:
     """This rank's part of a parameter: the local shard of a DTensor (a view that shares its storage), else itself."""
     return p.to_local() if hasattr(p, "to_local") else p
-
-
-def _ns(**kw):
-    return OmegaConf.create(kw)
 
 
 def init_distributed(device: str) -> None:
@@ -79,22 +87,28 @@ def build_engine(model_type: str, model_path: str, fsdp_config, optim_config, fo
     `use_prefix_grouper` (the actor's key) makes its forwards run each distinct prompt once.
     `engine_section` (`actor_rollout_ref.actor` / `.ref` / `critic`) picks the backend by its `strategy`,
     as verl's `TrainingWorker` does (`EngineRegistry.new(backend=engine_config.strategy)`): `torchtitan`
-    (`model_engine=torchtitan`) builds the TP x FSDP2 engine from the section's `torchtitan` keys.
+    (`model_engine=torchtitan`) builds the TP x FSDP2 engine from the section's `torchtitan` keys, `megatron`
+    (`model_engine=megatron`) the TP x PP x DP engine from its `megatron` keys.
     The engine's layout (mesh, coordinates, parameter shards) goes into this rank's trace.
     """
-    model_config = _ns(path=model_path, dtype=str(fsdp_config.get("model_dtype", "fp32")),
-                       enable_gradient_checkpointing=bool(cfg_get(model_section, "enable_gradient_checkpointing", False)),
-                       trust_remote_code=bool(cfg_get(model_section, "trust_remote_code", False)))
-    engine_config = _ns(strategy="fsdp2", param_dtype=str(fsdp_config.get("dtype", "float32")),
-                        seed=int(fsdp_config.get("seed", 42)), forward_only=forward_only,
-                        reshard_after_forward=bool(fsdp_config.get("reshard_after_forward", True)), device=device,
-                        use_prefix_grouper=bool(use_prefix_grouper))
-    backend = str(cfg_get(engine_section, "strategy", "fsdp2"))
-    if backend == "torchtitan":
-        tt = cfg_get(engine_section, "torchtitan", None) or {}
-        engine_config = _ns(**{**OmegaConf.to_container(engine_config), **_plain(tt), "strategy": "torchtitan",
-                               "param_dtype": str(cfg_get(tt, "dtype", "float32")),
-                               "seed": int(cfg_get(tt, "seed", 42)), "forward_only": forward_only, "device": device})
+    fsdp = omega_conf_to_dataclass(fsdp_config, FSDPConfig)
+    model = omega_conf_to_dataclass(model_section, ModelConfig)
+    model_config = EngineModelConfig(path=model_path, dtype=fsdp.model_dtype, trust_remote_code=model.trust_remote_code,
+                                     enable_gradient_checkpointing=model.enable_gradient_checkpointing)
+    backend = "fsdp2" if engine_section is None else str(engine_section.strategy)
+    engine_config = EngineConfig(strategy=backend, param_dtype=fsdp.dtype, seed=fsdp.seed, forward_only=forward_only,
+                                 reshard_after_forward=fsdp.reshard_after_forward, device=device,
+                                 use_prefix_grouper=bool(use_prefix_grouper))
+    if backend == "torchtitan":  # the section's mesh and its own dtype / seed / resharding
+        tt = omega_conf_to_dataclass(engine_section.torchtitan, TorchtitanEngineConfig)
+        mesh = {k: v for k, v in dataclasses.asdict(tt).items() if k not in ("dtype", "seed")}
+        engine_config = dataclasses.replace(engine_config, param_dtype=tt.dtype, seed=tt.seed, **mesh)
+    elif backend == "megatron":  # the section's tp x pp x dp layout and its own dtype / seed
+        mg = omega_conf_to_dataclass(engine_section.megatron, MegatronEngineConfig)
+        layout = {k: getattr(mg, k) for k in ("tensor_model_parallel_size", "pipeline_model_parallel_size",
+                                              "context_parallel_size", "expert_model_parallel_size",
+                                              "virtual_pipeline_model_parallel_size")}
+        engine_config = dataclasses.replace(engine_config, param_dtype=mg.dtype, seed=mg.seed, **layout)
     engine = EngineRegistry.new(model_type, backend, model_config, engine_config,
                                 None if forward_only else optim_config)
     engine.initialize()
@@ -102,15 +116,12 @@ def build_engine(model_type: str, model_path: str, fsdp_config, optim_config, fo
     return engine
 
 
-def _plain(section) -> dict:
-    return OmegaConf.to_container(section, resolve=True) if OmegaConf.is_config(section) else dict(section)
-
-
 def register_mesh(worker: Worker, mesh_name: str, engine) -> None:
     """Tell the nd-mesh dispatch this rank's dp rank and whether it reports (verl: `set_dispatch_collect`).
 
     FSDP: dp rank = rank, every rank reports. TorchTitan: the `tp` ranks of a group share a dp rank and
-    only tp rank 0 reports (`engine.is_mp_src_rank_with_outputs()`).
+    only tp rank 0 reports (`engine.is_mp_src_rank_with_outputs()`). Megatron: the tp x pp ranks of a dp
+    rank share it, and tp rank 0 of the last pipeline stage reports.
     """
     worker._register_dispatch_collect_info(mesh_name, dp_rank=engine.get_data_parallel_rank(),
                                            is_collect=engine.is_mp_src_rank_with_outputs())
@@ -179,10 +190,12 @@ class ActorRolloutRefWorker(Worker):
     `policy_version` counts the optimizer updates applied to the actor (0 before the first).
     """
 
-    def __init__(self, config, role: str = "actor_rollout_ref", device: str = "cpu"):
+    def __init__(self, config, role: str = "actor_rollout_ref", device: str = "cpu", distillation_config=None):
         super().__init__()
         init_distributed(device)
         self.config = config  # the actor_rollout_ref section
+        # on-policy distillation: the top-level `distillation` section (verl passes it the same way)
+        self.distillation_config = distillation_config
         self.role = role
         self.device = device
         self._is_actor = role in ("actor", "actor_rollout", "actor_rollout_ref")
@@ -196,9 +209,12 @@ class ActorRolloutRefWorker(Worker):
         c = self.config
         if self._is_actor:
             engine = build_engine("language_model", model_path, c.actor.fsdp_config, c.actor.optim, False, self.device,
-                                  model_section=c.model, use_prefix_grouper=cfg_get(c.actor, "use_prefix_grouper", False),
+                                  model_section=c.model, use_prefix_grouper=c.actor.use_prefix_grouper,
                                   engine_section=c.actor)
-            self.actor = TrainingWorker(engine, partial(ppo_loss, c.actor))
+            # verl: set_loss_fn (ppo_loss, or distillation_ppo_loss with distillation.enabled); the hook point lets
+            # a fault replace the loss (minirl.utils.hooks)
+            loss_fn = hooks.apply("worker.actor_loss_fn", self._actor_loss_fn(), config=c.actor)
+            self.actor = TrainingWorker(engine, loss_fn)
             register_mesh(self, "actor", engine)
         if self._is_ref:
             engine = build_engine("language_model", model_path, c.ref.fsdp_config, None, True, self.device,
@@ -206,6 +222,14 @@ class ActorRolloutRefWorker(Worker):
             self.ref = TrainingWorker(engine)
             register_mesh(self, "ref", engine)
         return True
+
+    def _actor_loss_fn(self):
+        """`ppo_loss`, or `distillation_ppo_loss` when `distillation.enabled` (verl: `init_model`, `:538`)."""
+        if self.distillation_config is not None and bool(self.distillation_config.enabled):
+            from minirl.trainer.distillation import distillation_ppo_loss
+
+            return partial(distillation_ppo_loss, self.config.actor, self.distillation_config)
+        return partial(ppo_loss, self.config.actor)
 
     def _infer(self, worker: TrainingWorker, data: DataProto, micro: int, entropy: bool) -> dict:
         micro = _divisor_at_most(len(data), int(micro))
@@ -219,7 +243,7 @@ class ActorRolloutRefWorker(Worker):
         With `actor.calculate_sum_pi_squared` also `sum_pi_squared` [B, R] (for the optimal-token-baseline
         estimators), as verl's `_compute_old_log_prob` asks for (`verl/trainer/ppo/ray_trainer.py:1290`).
         """
-        data.meta_info["calculate_sum_pi_squared"] = bool(cfg_get(self.config.actor, "calculate_sum_pi_squared", False))
+        data.meta_info["calculate_sum_pi_squared"] = bool(self.config.actor.calculate_sum_pi_squared)
         out = self._infer(self.actor, data, self.config.rollout.log_prob_micro_batch_size_per_gpu, True)
         tensors = {"log_probs": out["log_probs"].cpu(), "entropy": out["entropy"].cpu()}
         if "sum_pi_squared" in out:
@@ -237,8 +261,9 @@ class ActorRolloutRefWorker(Worker):
         """PPO epochs over mini-batches; returns metrics in `meta_info["metrics"]`; bumps `policy_version`."""
         metrics = self.actor.train_mini_batch(data)
         self.policy_version += 1
-        return DataProto.from_dict(tensors={"done": torch.ones(len(data), dtype=torch.bool)},
-                                   meta_info={"metrics": metrics, "actor_version": self.policy_version})
+        out = DataProto.from_dict(tensors={"done": torch.ones(len(data), dtype=torch.bool)},
+                                  meta_info={"metrics": metrics, "actor_version": self.policy_version})
+        return hooks.apply("worker.after_update_actor", out, worker=self)  # minirl.utils.hooks
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def get_per_tensor_param(self):
@@ -279,21 +304,53 @@ class ActorRolloutRefWorker(Worker):
         getattr(self, "_cpu_models", {}).pop(n, None)
         return True
 
+    # ------------------------------------------------------------------ weight sync, the actor's side
+    # verl: `ActorRolloutRefWorker.update_weights` (`verl/workers/engine_workers.py:727`) with a non-naive backend:
+    # `get_per_tensor_param` into `checkpoint_engine.send_weights`, which walks the all-gathers and the buckets
+    # together; the group calls come through `execute_checkpoint_engine` (`verl/workers/engine_workers.py:823`).
+    # Every training rank holds one engine, built on first use from `rollout.checkpoint_engine`; rank 0 is its
+    # master and the only sender. minirl gathers every tensor first and then sends, so that the trace can time
+    # the gather and the broadcast apart.
+
+    def _get_checkpoint_engine(self) -> CheckpointEngine:
+        """This rank's checkpoint engine (`rollout.checkpoint_engine`: backend, bucket size), built on first use."""
+        if getattr(self, "_checkpoint_engine", None) is None:
+            ce = self.config.rollout.checkpoint_engine
+            self._checkpoint_engine = CheckpointEngineRegistry.new(
+                str(ce.backend), bucket_size=bucket_size_bytes(ce.update_weights_bucket_megabytes),
+                is_master=self.rank == 0, device=self.device)
+        return self._checkpoint_engine
+
     @register(dispatch_mode=Dispatch.DP_COMPUTE)
     def execute_checkpoint_engine(self, method: str, kwargs: dict):
-        """A group method (`prepare`, `init_process_group`, `finalize`) of this rank's checkpoint engine
-        (`minirl.checkpoint_engine.worker`; verl: `execute_checkpoint_engine`, `verl/checkpoint_engine/base.py:364`)."""
-        from minirl.checkpoint_engine.worker import execute_checkpoint_engine
+        """Run a group method (`prepare`, `init_process_group`, `finalize`, `close`) of this rank's checkpoint engine.
 
-        return execute_checkpoint_engine(self, method, kwargs)
+        verl: `execute_checkpoint_engine` (`verl/workers/engine_workers.py:823`; the rollout side's is
+        `CheckpointEngineWorker.execute_checkpoint_engine`, `verl/checkpoint_engine/base.py:364`).
+        """
+        if method not in ("prepare", "init_process_group", "finalize", "close"):
+            raise ValueError(f"execute_checkpoint_engine: {method!r} is not a group method of the checkpoint engine "
+                             "(prepare, init_process_group, finalize, close).")
+        return getattr(self._get_checkpoint_engine(), method)(**(kwargs or {}))
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def update_weights(self, global_steps: int, partial: bool = False) -> dict:
-        """Streaming sync: every rank gathers, rank 0 sends the buckets to the rollout servers
-        (`minirl.checkpoint_engine.worker.send_actor_weights`; verl: `update_weights`, `verl/workers/engine_workers.py:727`)."""
-        from minirl.checkpoint_engine.worker import send_actor_weights
+        """Streaming sync: every rank gathers the actor's full tensors (FSDP all-gathers), rank 0 sends the buckets.
 
-        return send_actor_weights(self, global_steps, partial)
+        `partial=True` sends only the first half of the tensors: the debug-only fault behind
+        `checkpoint_engine.debug_partial_sync_steps` (lab 06). Returns, on rank 0, what the engine did plus
+        `gather_start` (wall clock), `gather_s` and `gather_tensors` (how many the gather produced); `{}` on
+        the other ranks. verl: `update_weights` (`verl/workers/engine_workers.py:727`).
+        """
+        start, t0 = time.time(), time.perf_counter()
+        tensors = list(self.actor.engine.get_per_tensor_param())
+        gather_s, gathered = time.perf_counter() - t0, len(tensors)
+        if partial:
+            tensors = tensors[: (len(tensors) + 1) // 2]
+        stats = self._get_checkpoint_engine().send_weights(iter(tensors), global_steps=global_steps)
+        if self.rank != 0:
+            return {}
+        return {**stats, "gather_start": start, "gather_s": gather_s, "gather_tensors": gathered}
 
     @register(dispatch_mode=Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, local_path: str, global_step: int):

@@ -1,4 +1,4 @@
-"""Parity suite set-up: compare `minirl.trainer.core_algos` with PyPI `verl==0.9.1` on the same inputs.
+"""Parity suite set-up: compare `minirl.trainer.ppo.core_algos` with PyPI `verl==0.9.1` on the same inputs.
 
 verl pins transformers < 5.11 and tensordict <= 0.10, so it lives in its own venv, made and used by
 `scripts/parity.sh`. In any other venv (no verl) the parity tests are skipped. The script sets
@@ -118,7 +118,7 @@ def pytest_terminal_summary(terminalreporter):
         cases = sum(COMPARED.values())
         terminalreporter.write_line(
             f"parity: compared {len(COMPARED)} functions ({cases} output pairs, atol {ATOL}) of "
-            f"minirl.trainer.core_algos with verl {version}: {', '.join(sorted(COMPARED))}"
+            f"minirl.trainer.ppo.core_algos / distillation with verl {version}: {', '.join(sorted(COMPARED))}"
         )
     else:
         terminalreporter.write_line(

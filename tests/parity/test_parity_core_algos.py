@@ -1,4 +1,4 @@
-"""Parity: every function of `minirl.trainer.core_algos` against PyPI `verl==0.9.1`, same random inputs.
+"""Parity: every function of `minirl.trainer.ppo.core_algos` against PyPI `verl==0.9.1`, same random inputs.
 
 Run with `scripts/parity.sh` (its own venv). Skipped where verl is not installed.
 
@@ -30,7 +30,8 @@ from verl.trainer.config.algorithm import RolloutCorrectionConfig
 from verl.trainer.ppo import rollout_corr_helper as VR
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-import minirl.trainer.core_algos as M
+import minirl.trainer.ppo.core_algos as M
+import minirl.trainer.ppo.rollout_corr_helper as MR
 
 pytestmark = pytest.mark.parity
 
@@ -495,16 +496,16 @@ def test_rollout_correction_helpers(seed, batch, same):
     for level in ("token", "sequence"):
         for threshold in (2.0, "1.2", "0.4_2.5"):
             for normalize in (False, True):
-                ours = M.compute_rollout_correction_weights(log_ratio, mask, level, threshold, normalize)
+                ours = MR.compute_rollout_correction_weights(log_ratio, mask, level, threshold, normalize)
                 theirs = VR.compute_rollout_correction_weights(log_ratio, mask, level, threshold, normalize)
                 assert set(ours[1]) <= set(theirs[1])
                 same("compute_rollout_correction_weights", ours, (theirs[0], {k: theirs[1][k] for k in ours[1]}))
     for rs, threshold in [("token_k1", 1.3), ("token_k1,seq_sum_k2", "0.8_1.2,0.3"), ("seq_max_k3", "0.2")]:
-        ours = M.compute_rollout_rejection_mask(log_ratio, mask, rs, threshold)
+        ours = MR.compute_rollout_rejection_mask(log_ratio, mask, rs, threshold)
         theirs = VR.compute_rollout_rejection_mask(log_ratio, mask, rs, threshold)
         same("compute_rollout_rejection_mask", ours, (theirs[0], {k: theirs[1][k] for k in ours[1]}))
     for rollout in (b["old_log_prob"], None):
-        same("compute_offpolicy_metrics", M.compute_offpolicy_metrics(b["log_prob"], rollout, mask),
+        same("compute_offpolicy_metrics", MR.compute_offpolicy_metrics(b["log_prob"], rollout, mask),
              VR.compute_offpolicy_metrics(b["log_prob"], rollout, mask))
     for mode in AGG_MODES:
         for w in (None, b["rollout_is_weights"]):

@@ -12,7 +12,8 @@ pytest.importorskip("vllm")
 
 import torch
 
-from minirl.agent_loop import LLMServerClient, ToolAgentLoop
+from minirl.agent_loop import ToolAgentLoop
+from minirl.workers.rollout.llm_server import LocalLLMServerClient
 from minirl.agent_loop.agent_loop import load_tools
 from minirl.config import load
 from minirl.models import load_tokenizer
@@ -23,7 +24,7 @@ from minirl.workers.rollout.hf_rollout import HFRollout
 
 def sessions(rollout, cfg, tokenizer, rows):
     rc = cfg.actor_rollout_ref.rollout
-    client, tools = LLMServerClient(rollout), load_tools(rc)
+    client, tools = LocalLLMServerClient(rollout), load_tools(rc)
     sp = SamplingParams.from_rollout_config(rc, validate=True)  # greedy
 
     async def run():

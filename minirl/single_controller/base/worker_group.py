@@ -42,7 +42,9 @@ class ResourcePool:
 
     `ResourcePool(process_on_nodes=[2])` is two workers on one node; `[4, 4]` is eight workers on
     two nodes. `max_colocate_count` is how many worker groups may share one slot (one per role
-    when actor, critic and reference run in the same processes); verl defaults it to 10, minirl to 1.
+    when actor, critic and reference run in the same processes); a Ray slot reserves that many CPUs.
+    verl's `ResourcePool` and `RayResourcePool` constructors default it to 10, while verl's V1 trainer
+    passes 3 (`ResourcePoolManager`, `verl/single_controller/ray/base.py:185`); minirl defaults to 1.
     """
 
     def __init__(self, process_on_nodes: list[int] | None = None, max_colocate_count: int = 1, n_gpus_per_node: int = 8):

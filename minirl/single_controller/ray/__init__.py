@@ -10,7 +10,7 @@ from .base import (
     WorkerGroupError,
     create_colocated_worker_cls,
 )
-from .runtime import init_ray, shutdown_ray
+from .runtime import init_ray, init_ray_local_cluster, shutdown_ray
 
 __all__ = [
     "RayClassWithInitArgs",
@@ -19,5 +19,6 @@ __all__ = [
     "WorkerGroupError",
     "create_colocated_worker_cls",
     "init_ray",
+    "init_ray_local_cluster",
     "shutdown_ray",
 ]

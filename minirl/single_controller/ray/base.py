@@ -54,9 +54,15 @@ class RayResourcePool(ResourcePool):
 
     Mirrors `RayResourcePool` (`verl/single_controller/ray/base.py:113`). Each slot is a bundle of
     `{"CPU": max_colocate_count}` plus `{"GPU": 1}` when `use_gpu`; `STRICT_PACK` keeps one
-    node's bundles on one node. verl defaults to `use_gpu=True` and `max_colocate_count=10`
-    (ten CPUs per slot, so a CPU-only Ray needs `num_cpus >= 10 * world_size` or the placement
-    group never becomes ready); minirl defaults to CPU-only and one CPU per slot.
+    node's bundles on one node, and the placement group is ready only once Ray has
+    `max_colocate_count * world_size` CPUs free (`cpus_needed()`; a GPU per slot as well with
+    `use_gpu`), otherwise it waits forever in verl (`ray.get(pg.ready())`) and fails after
+    `ready_timeout_s` here. The constructor's defaults differ from what verl's trainer uses:
+    `RayResourcePool` defaults to `use_gpu=True, max_colocate_count=10`, but the V1 trainer builds its
+    pools through `ResourcePoolManager` (`verl/single_controller/ray/base.py:185`), whose
+    `max_colocate_count` default is 3 (always with `use_gpu=True`): three CPUs and one GPU per slot.
+    minirl's trainer builds CPU-only pools with one CPU per slot (`max_colocate_count=1`, the default
+    here), so its Ray needs `num_cpus >= world_size` (it asks for `max(8, ranks + 2)`).
     """
 
     def __init__(
@@ -79,6 +85,10 @@ class RayResourcePool(ResourcePool):
         if self.use_gpu:
             bundle["GPU"] = 1
         return bundle
+
+    def cpus_needed(self) -> int:
+        """Logical CPUs Ray must have free before the placement groups can be ready: one bundle per slot."""
+        return int(self.max_colocate_count) * self.world_size
 
     def get_placement_groups(self, strategy: str = "STRICT_PACK") -> list[PlacementGroup]:
         """Create (first call) and return one ready placement group per node."""

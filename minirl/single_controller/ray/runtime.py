@@ -1,5 +1,8 @@
 """`init_ray` / `shutdown_ray`: start (or join) Ray once per process, privately and quietly.
 
+`init_ray_local_cluster` starts a multi-node cluster on this one machine (every node on loopback),
+to try `trainer.nnodes > 1` without a second machine.
+
 verl starts Ray in `run_ppo` (`verl/trainer/main_ppo.py:34`) with `ray.init(**config.ray_kwargs.ray_init)`
 and a runtime env of its own. minirl wraps that call so every entry point (trainer, notebooks,
 tests) gets the same hygiene:
@@ -42,6 +45,7 @@ import tempfile
 LOOPBACK = "127.0.0.1"
 _created_temp_dir: str | None = None
 _watchdog: subprocess.Popen | None = None
+_local_cluster = None  # the ray.cluster_utils.Cluster of init_ray_local_cluster, if any
 # Ray gives its local node a fixed 30 s to register (ray/_private/node.py); on two busy cores that
 # is sometimes too little, and a second try usually succeeds.
 _LOCAL_START_ATTEMPTS = 3
@@ -117,6 +121,9 @@ def init_ray(
     _prepare_environment()
     kwargs = {"include_dashboard": False, **ray_init_kwargs}
     if address not in (None, "local"):
+        from minirl.single_controller.cluster_address import check_cluster_address
+
+        check_cluster_address(address)  # Ray would retry for minutes, deaf to SIGTERM, before it gave up
         ray.init(address=address, **kwargs)
         return True
     _keep_on_loopback()
@@ -141,6 +148,49 @@ def init_ray(
     return True
 
 
+def init_ray_local_cluster(nodes: list[dict]):
+    """Start several Ray nodes on this machine, a head and one raylet per further entry, and join them.
+
+    A multi-node cluster in one box, to see what `trainer.nnodes > 1` does (placement groups on
+    different nodes, a rendezvous across nodes) without a second machine. Each entry is one node's
+    resources, e.g. `[{"num_cpus": 1, "resources": {"node_a": 1}}, {"num_cpus": 1, "resources":
+    {"node_b": 1}}]`; the first is the head. The hygiene is `init_ray`'s: every node's address is
+    127.0.0.1 (its GCS, raylet, agents and workers listen on loopback only), the cluster's files go to
+    a fresh `/tmp/ray-*` (`RAY_TMPDIR`, so not even Ray's "current cluster" file lands in the shared
+    `/tmp/ray`), no dashboard, and the watchdog ends every node's processes when the driver ends.
+    `shutdown_ray()` stops it. On real machines the same cluster is `ray start --head` on one and
+    `ray start --address=HEAD:6379` on the others (`docs/guide/multinode.md`); `ray start` itself
+    cannot keep a second node on loopback (it replaces 127.0.0.1 by the machine's address), so this
+    uses Ray's in-process node launcher, `ray.cluster_utils.Cluster`.
+
+    Returns the `Cluster`; raises if Ray is already up in this process.
+    """
+    global _created_temp_dir, _watchdog, _local_cluster
+    import ray
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        raise RuntimeError("Ray is already up in this process: call init_ray_local_cluster before anything starts "
+                           "Ray (or shutdown_ray() first).")
+    if not nodes:
+        raise ValueError("init_ray_local_cluster needs at least one node (the head): e.g. [{'num_cpus': 1}].")
+    _prepare_environment()
+    _keep_on_loopback()
+    run_dir = tempfile.mkdtemp(prefix="ray-", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = run_dir  # Ray's default temp dir (and address file) become <run_dir>/ray
+    _watchdog = _start_watchdog(run_dir, remove_dir=True)
+    _created_temp_dir = run_dir
+    common = {"node_ip_address": LOOPBACK, "object_store_memory": 100 * 1024 * 1024}
+    cluster = Cluster(initialize_head=True, head_node_args={**common, "include_dashboard": False, **nodes[0]},
+                      shutdown_at_exit=True)
+    for spec in nodes[1:]:
+        cluster.add_node(**common, **spec)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    _local_cluster = cluster
+    return cluster
+
+
 def _kill_half_started_node(run_dir: str) -> None:
     """Kill this process's children that belong to a failed local start (their command lines name `run_dir`).
 
@@ -158,10 +208,14 @@ def _kill_half_started_node(run_dir: str) -> None:
 
 def shutdown_ray(remove_temp_dir: bool = True) -> None:
     """Stop this process's Ray; delete the temp directory `init_ray` created (logs included)."""
-    global _created_temp_dir
+    global _created_temp_dir, _local_cluster
     import ray
 
     ray.shutdown()
+    if _local_cluster is not None:  # the nodes of init_ray_local_cluster
+        _local_cluster.shutdown()
+        _local_cluster = None
+        os.environ.pop("RAY_TMPDIR", None)
     _stop_watchdog()  # ends what ray.shutdown() left running (it removes our temp dir too)
     if remove_temp_dir and _created_temp_dir is not None:
         shutil.rmtree(_created_temp_dir, ignore_errors=True)

@@ -2,8 +2,9 @@
 `trainer_sync.PPOTrainerSync`, `trainer_colocate_async.PPOTrainerColocateAsync` and
 `trainer_separate_async.PPOTrainerSeparateAsync`, registered by `trainer.v1.trainer_mode`.
 
-The trainer classes are imported on first use, so that `minirl.trainer.ppo.utils` (read by the config
-checks) does not pull in torch.
+The trainer classes are imported on first use, so that the light modules here (`utils`, `metric_utils`,
+`core_algos`, `rollout_corr_helper`: verl V1's file list, with `verl/trainer/ppo/`'s formulas and helpers
+beside it) are importable without building a trainer.
 """
 
 import importlib

@@ -20,7 +20,7 @@ checks, remax misses an argument); minirl's stages pass the whole batch, as verl
 from __future__ import annotations
 
 from minirl.protocol import DataProto
-from minirl.trainer import core_algos
+from minirl.trainer.ppo import core_algos
 
 OTB_ESTIMATORS = ("optimal_token_baseline", "tir_optimal_token_baseline")
 """Estimators that need `sum_pi_squared` from the actor's forward."""

@@ -7,12 +7,13 @@ verl: `PPOTrainer._save_checkpoint` (`verl/trainer/ppo/v1/trainer_base.py:887`) 
       global_step_<k>/actor/           the actor engine's sharded state (model, optimizer, LR schedule, RNG)
       global_step_<k>/critic/          the same for the critic (PPO only)
       global_step_<k>/trainer_state.pt the controller's state (verl: data.pt, the dataloader's state)
+      global_step_<k>/transfer_queue.pt async modes: the prompts in flight (verl: transfer_queue/)
       global_step_<k>/manifest.json    minirl only: the size of every file above
       latest_checkpointed_iteration.txt  the k to resume from (`trainer.resume_mode=auto`)
 
 minirl's `trainer_state.pt` holds more than verl's `data.pt`: the dataloader position, the actor and
 critic versions, the adaptive KL coefficient, the controller's and rollout's RNG states, so that a
-run of 2 + resumed 2 steps equals a run of 4 (tests/test_trainer_e2e.py), and the batch-size and
+run of 2 + resumed 2 steps equals a run of 4 (tests/e2e/test_trainer_e2e.py), and the batch-size and
 learning-rate settings it ran with (`RESUME_KEYS`), so that a resume with other values says so.
 
 Nothing is lost, in this order (verl writes the tracker row after the checkpoint and the
@@ -20,11 +21,25 @@ Nothing is lost, in this order (verl writes the tracker row after the checkpoint
 
 1. `save_checkpoint` writes the step into `.tmp_global_step_<k>/` and renames it into place, so a
    killed save never leaves half a checkpoint;
-2. the trainer logs the step's metrics row (`PPOTrainer._log`);
+2. the trainer logs the step's metrics row (`PPOTrainer.logger.log`);
 3. `mark_latest` then writes `latest_checkpointed_iteration.txt` (a temporary file, fsync,
    `os.replace`: never torn) and prunes old checkpoints. A run killed between 2 and 3 resumes from
    the previous checkpoint and redoes step k, so its row appears twice (the later one counts), but
    a row is never missing for a step that the resumed run will not redo.
+
+**Nothing in flight is lost (async modes).** When an async run saves step $k$, prompts fetched from the
+dataloader but not yet trained are in the TransferQueue: pending, running (some sessions written), or
+finished and waiting to be sampled. `transfer_queue.pt` is one snapshot of the training partition (tags,
+trajectories, and each prompt's row, stored at submission), taken under the store's lock while the
+agent-loop workers keep writing; the dataloader position saved with it counts exactly those prompts as
+fetched. On resume, as verl does (`PPOTrainer._load_checkpoint` step 5, `PPOTrainer._reissue_inflight_prompts`,
+`verl/trainer/ppo/v1/trainer_base.py:849`): finished groups are restored as they are (their trajectories were
+sampled by weights of version $k-1$ or older, older than the resumed rollout's $k$: the staleness metrics count
+it), and pending or running ones are **regenerated**: their partial trajectories are dropped and the prompt
+goes up again, tagged with the resumed step, because half a group cannot be finished by the killed run's
+sessions and a group is trained whole or not at all. minirl then tops the pipeline up to
+`num_warmup_batches` batches (verl puts that many more up on top of the re-issued prompts), so a resumed run
+has as many prompts in flight as one that never stopped.
 
 On resume, `manifest.json` is checked first: a missing or truncated file is named before any load
 starts, and a file that fails to load (`trainer_state.pt`, an engine shard) is named with the load
@@ -49,6 +64,7 @@ __all__ = ["RESUME_KEYS", "CheckpointError", "load_checkpoint", "mark_latest", "
 
 LATEST = "latest_checkpointed_iteration.txt"
 MANIFEST = "manifest.json"
+TRANSFER_QUEUE = "transfer_queue.pt"
 RESUME_KEYS = (
     "data.train_batch_size",
     "actor_rollout_ref.rollout.n",
@@ -86,12 +102,15 @@ def save_checkpoint(trainer, mark: bool = True) -> Path:
     if trainer.use_critic:
         trainer.critic_wg.save_checkpoint(str(tmp / "critic"), trainer.global_steps)
     state = {"global_steps": trainer.global_steps, "loader": trainer.loader.state_dict(),
-             "actor_version": trainer.actor_version,
+             "actor_version": trainer.actor_version, "actor_step": trainer.actor_step,
              "critic_version": trainer.critic_version if trainer.use_critic else None,
+             "critic_step": trainer.critic_step if trainer.use_critic else None,
              "kl_coef": getattr(trainer.kl_ctrl_in_reward, "value", None),
              "rollout_rng": _rollout_rng_state(trainer.rollout), "torch_rng": torch.get_rng_state(),
              "numpy_rng": np.random.get_state(), "settings": _settings(trainer.config)}
     torch.save(state, tmp / "trainer_state.pt")
+    if _is_async(trainer):  # the prompts in flight: finished groups kept, unfinished ones re-issued on resume
+        trainer.tq.save_checkpoint(str(tmp / TRANSFER_QUEUE), metadata={"global_steps": trainer.global_steps})
     _write_manifest(tmp)
     shutil.rmtree(d, ignore_errors=True)
     os.replace(tmp, d)  # a killed save never leaves a half checkpoint behind
@@ -133,6 +152,10 @@ def _write_manifest(folder: Path) -> None:
     (folder / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
+def _is_async(trainer) -> bool:
+    return str(trainer.config.trainer.v1.trainer_mode) != "sync" and hasattr(trainer, "tq")
+
+
 def _settings(config) -> dict:
     return {k: OmegaConf.select(config, k) for k in RESUME_KEYS}
 
@@ -153,11 +176,15 @@ def load_checkpoint(trainer) -> Path | None:
         _check_engine_files(d / role)
     _load_worker(d / "actor", lambda: trainer.actor_rollout_wg.load_checkpoint(str(d / "actor"), state["actor_version"]))
     trainer.actor_version = int(state["actor_version"])
+    trainer.actor_step = int(state["global_steps"] if state.get("actor_step") is None else state["actor_step"])
     if trainer.use_critic:
         _load_worker(d / "critic", lambda: trainer.critic_wg.load_checkpoint(str(d / "critic"), state["critic_version"]))
         trainer.critic_version = int(state["critic_version"])
+        trainer.critic_step = int(state["global_steps"] if state.get("critic_step") is None else state["critic_step"])
     trainer.global_steps = int(state["global_steps"])
     trainer.loader.load_state_dict(state["loader"])
+    if _is_async(trainer) and (d / TRANSFER_QUEUE).exists():  # re-issued by the trainer's fit (verl: the same)
+        _load_file(d / TRANSFER_QUEUE, lambda p: trainer.tq.load_checkpoint(str(p)))
     if trainer.kl_ctrl_in_reward is not None and state.get("kl_coef") is not None:
         trainer.kl_ctrl_in_reward.value = state["kl_coef"]
     _set_rollout_rng_state(trainer.rollout, state.get("rollout_rng"))

@@ -2,7 +2,9 @@
 
 verl uses a `StatefulDataLoader` (torchdata) whose state goes into the checkpoint. minirl's
 `PromptLoader` does the same with less: a per-epoch permutation from `seed + epoch`, and a state of
-`(epoch, batch index)` saved with every checkpoint.
+`(epoch, batch index)` saved with every checkpoint. The async trainers read prompts one by one from a
+`PromptStream`: verl forces `data.gen_batch_size=1` for them so that a refill can fetch exactly `k` prompts
+(`PPOTrainer._init_dataloader`, `verl/trainer/ppo/v1/trainer_base.py:655`).
 """
 
 from __future__ import annotations
@@ -50,3 +52,35 @@ class PromptLoader:
 def to_dataproto(collated: dict) -> DataProto:
     """A collated dict (tensors + numpy object arrays) as a DataProto."""
     return DataProto.from_single_dict(collated)
+
+
+class PromptStream(PromptLoader):
+    """Prompts one by one, over a fresh permutation per epoch (verl's async `gen_batch_size=1` dataloader).
+
+    `len()` stays the batches per epoch (the run length is counted in steps, as in verl); the state
+    counts prompts: `{"epoch", "index", "unit": "prompt"}`.
+    """
+
+    def next_prompts(self, k: int) -> DataProto:
+        """The next `k` prompts; an epoch boundary in the middle continues with the next permutation."""
+        if k < 1:
+            raise ValueError(f"PromptStream.next_prompts({k}): ask for at least one prompt.")
+        idx = []
+        while len(idx) < k:
+            if self.index >= len(self.dataset):
+                self.epoch, self.index = self.epoch + 1, 0
+            order = self._order(self.epoch)
+            take = min(k - len(idx), len(self.dataset) - self.index)
+            idx += order[self.index:self.index + take].tolist()
+            self.index += take
+        return to_dataproto(self.collate_fn([self.dataset[i] for i in idx]))
+
+    def next_batch(self) -> DataProto:
+        return self.next_prompts(self.batch_size)
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "index": self.index, "unit": "prompt"}
+
+    def load_state_dict(self, state: dict) -> None:
+        scale = 1 if state.get("unit") == "prompt" else self.batch_size  # a sync checkpoint counts batches
+        self.epoch, self.index = int(state["epoch"]), int(state["index"]) * scale

@@ -23,8 +23,8 @@ steps it skips) and adds this check, which the trainer calls right after each st
   `nonfinite/<stage>/<field>` = count. On `stop` the partial row of the failed step is still
   logged (metrics.jsonl and the trace), then the run ends.
 
-`json_row` keeps metrics files strict JSON: a non-finite number is written as `null` and the row
-counts them in `nonfinite_metrics` (Python's `json.dumps` would write the non-standard `NaN`).
+The metrics files stay strict JSON: `minirl.utils.tracking.json_row` writes a non-finite number as `null`
+and counts them in `nonfinite_metrics` (Python's `json.dumps` would write the non-standard `NaN`).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import math
 
 import torch
 
-__all__ = ["POLICIES", "FiniteChecks", "NonFiniteError", "json_row"]
+__all__ = ["POLICIES", "FiniteChecks", "NonFiniteError"]
 
 POLICIES = ("stop", "skip")
 _CHECKED_METRIC_WORDS = ("loss", "grad_norm")
@@ -62,7 +62,8 @@ class FiniteChecks:
     """The per-stage check `PPOTrainer._step_once` calls as `batch = trainer.finite(stage, batch, metrics)`.
 
     Args:
-        trainer: the `PPOTrainer`; read are `config.trainer.nonfinite`, `global_steps`, `tracer` and `_log`.
+        trainer: the `PPOTrainer`; read are `config.trainer.nonfinite`, `global_steps`, `tracer` and `logger`
+            (its `log` writes the failed step's partial row).
     """
 
     def __init__(self, trainer):
@@ -122,17 +123,5 @@ class FiniteChecks:
         self._seen_metrics.update(k for k in metrics if k.startswith("nonfinite/"))
         self.trainer.tracer.event("nonfinite", **record)
         if self.policy == "stop":
-            self.trainer._log(metrics, step)  # the failed step's partial row: what happened up to here
+            self.trainer.logger.log(metrics, step)  # the failed step's partial row: what happened up to here
             raise NonFiniteError(step, record["stage"], record["field"], record["count"], record["total"])
-
-
-def json_row(row: dict) -> dict:
-    """`row` with every non-finite float replaced by None and their number in `nonfinite_metrics` (if any)."""
-    out, bad = {}, 0
-    for key, value in row.items():
-        if isinstance(value, float) and not math.isfinite(value):
-            value, bad = None, bad + 1
-        out[key] = value
-    if bad:
-        out["nonfinite_metrics"] = bad
-    return out

@@ -9,7 +9,7 @@ What is stored, and under which key (verl's "[Trajectories storage format]"):
 
 | key | tag | fields |
 |---|---|---|
-| `{uid}` (one per prompt) | `is_prompt: True`, `status`, `global_steps` (the step that sampled the prompt) | none in sync mode |
+| `{uid}` (one per prompt) | `is_prompt: True`, `status`, `global_steps` (the step that sampled the prompt) | none in sync mode; async: the prompt's row (for checkpoints) |
 | `{uid}_{session}_{index}` (one per trajectory, written by `AgentLoopWorkerTQ`) | `status: success`, `prompt_len`, `response_len`, `seq_len`, `global_steps`, `min_global_steps`, `max_global_steps` (the policy versions that sampled it) | `prompts`, `responses`, `response_mask`, `rollout_log_probs`, `num_turns`, `uid`, `session_id`, dataset fields ... |
 
 A prompt's `status` goes `pending` (sampled from the dataset) -> `running` (its `rollout.n`
@@ -43,14 +43,29 @@ Every eviction is counted in verl's metrics: `training/off_policy/evicted_sample
 `training/off_policy/evicted_samples_staleness/{mean,max,min}` (the evicted groups' spans),
 `training/rollout_failure/evicted_samples`.
 
+**DAPO's dynamic sampling** (`algorithm.filter_groups`, sync mode; verl: `_dapo_filtered_keys`, `:248`,
+and the DAPO branch of `sample`, `:405`). A finished group whose `filter_groups.metric` (a key of each
+session's `reward_extra_info`, e.g. `acc`) is the same for all its trajectories has no reward spread:
+every GRPO advantage in it is 0, so it would only dilute the batch. Such groups are evicted, each
+eviction earns 2 refill credits, and `refill_fn` puts up to `max_inflight_gen_batches *
+train_batch_size` new prompts up per round (verl's "evict k; refill 2k"). Once `batch_size` groups
+with spread are there, the oldest are trained on and the surplus is discarded. Metrics:
+`training/filter_groups/evicted_samples` (groups evicted), `.../discarded_surplus_samples`, and (minirl
+only) `.../generated_groups` (groups generated this step), `.../filtered_reward_counts/<value>` (the value
+the evicted groups shared; verl logs that breakdown as a table).
+
 What minirl leaves out: polling in sync mode (minirl's sync rollout has finished before `sample` is
-called, so too few groups is an error), DAPO group filtering with refill, and custom samplers. The
+called, so too few groups is an error; with DAPO a refill generates synchronously), DAPO filtering in
+the async buffer, and custom samplers. verl ignores `filter_groups.max_num_gen_batches` in V1; minirl
+uses it to bound the refills of one step (0: at most one pass over the training prompts), because its
+synchronous refill loop could otherwise never end on a task the model always (or never) solves. The
 async poll interval is 5 ms (verl: 2 s; a minirl step takes about a second).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -58,10 +73,15 @@ import numpy as np
 from minirl.transfer_queue import PROMPT_STATUSES, KVBatchMeta, TransferQueue, uid_of
 
 
-def submit_prompts(tq: TransferQueue, uids: Sequence[str], global_steps: int, partition_id: str = "train") -> None:
-    """Register prompts as `pending`, tag-only (verl: `PPOTrainer._submit_batch_to_rollout`, `verl/trainer/ppo/v1/trainer_base.py:1391`)."""
+def submit_prompts(tq: TransferQueue, uids: Sequence[str], global_steps: int, partition_id: str = "train",
+                   fields: dict | None = None) -> None:
+    """Register prompts as `pending` (verl: `PPOTrainer._submit_batch_to_rollout`, `verl/trainer/ppo/v1/trainer_base.py:1391`).
+
+    Tag-only in sync mode; the async trainers also store each prompt's row (`fields`, one value per prompt), as
+    verl does "for async checkpoint recovery": a checkpoint then holds what a resumed run must re-issue.
+    """
     tags = [{"is_prompt": True, "status": "pending", "global_steps": int(global_steps)} for _ in uids]
-    tq.kv_batch_put(list(uids), partition_id=partition_id, tags=tags)
+    tq.kv_batch_put(list(uids), partition_id=partition_id, tags=tags, fields=fields)
 
 
 class ReplayBuffer:
@@ -70,14 +90,33 @@ class ReplayBuffer:
     Args:
         tq: the store the rollout writes into.
         trainer_mode: `trainer.v1.trainer_mode`; minirl implements "sync".
+        refill_fn: `refill_fn(k)` generates `k` new prompts' groups (the trainer's `_add_prompts_to_generate`);
+            needed by DAPO filtering.
+        filter_groups_metric: the `reward_extra_info` key DAPO filters on (`algorithm.filter_groups.metric`);
+            None: no filtering.
+        train_batch_size: prompts of one step (the unit of `max_inflight_gen_batches`).
+        max_inflight_gen_batches: DAPO refills of at most this many train batches at a time.
+        max_refill_prompts: DAPO gives up (an error naming the metric) after refilling this many prompts in one step.
     """
 
-    def __init__(self, tq: TransferQueue, trainer_mode: str = "sync") -> None:
+    def __init__(self, tq: TransferQueue, trainer_mode: str = "sync", refill_fn: Callable[[int], int] | None = None,
+                 filter_groups_metric: str | None = None, train_batch_size: int | None = None,
+                 max_inflight_gen_batches: int = 1, max_refill_prompts: int | None = None) -> None:
         if trainer_mode != "sync" and type(self) is ReplayBuffer:
             raise ValueError(f"ReplayBuffer(trainer_mode={trainer_mode!r}) is the sync buffer only; the async trainers "
                              "use ReplayBufferAsync (verl picks the class by trainer_mode the same way).")
+        if filter_groups_metric is not None and refill_fn is None:
+            raise ValueError("Group filtering (filter_groups_metric) requires refill_fn to replace evicted groups.")
+        if filter_groups_metric is not None and (not isinstance(max_inflight_gen_batches, int)
+                                                 or max_inflight_gen_batches <= 0):
+            raise ValueError(f"max_inflight_gen_batches={max_inflight_gen_batches!r} must be a positive integer.")
         self.tq = tq
         self.trainer_mode = trainer_mode
+        self.refill_fn = refill_fn
+        self.filter_groups_metric = filter_groups_metric
+        self.train_batch_size = train_batch_size
+        self.max_inflight_gen_batches = max_inflight_gen_batches
+        self.max_refill_prompts = max_refill_prompts
 
     def _sync_metadata_from_transfer_queue(self, partition_id: str):
         """Split the partition's tags into prompts (by status, in write order) and trajectories."""
@@ -100,6 +139,8 @@ class ReplayBuffer:
 
         `global_steps` is the current step (verl uses it to measure staleness in async mode).
         """
+        if partition_id != "val" and self.filter_groups_metric is not None:
+            return self._sample_dapo(global_steps, batch_size, partition_id)
         prompts, prompt_global_steps, trajectories = self._sync_metadata_from_transfer_queue(partition_id)
         terminal = prompts["finished"] + prompts["failure"]
         if len(terminal) < batch_size:
@@ -109,6 +150,10 @@ class ReplayBuffer:
                 f"prompt groups are finished in partition {partition_id!r} (prompts by status: {counts}). In sync "
                 "mode the rollout must finish every group before sampling (verl's buffer would poll and wait).")
         selected = sorted(terminal, key=lambda uid: prompt_global_steps[uid])[:batch_size]  # stable: write order
+        self._raise_on_failure(partition_id, selected, prompts)
+        return self._materialize_batch(partition_id, selected, trajectories), {}
+
+    def _raise_on_failure(self, partition_id: str, selected: list[str], prompts: dict) -> None:
         failed = [uid for uid in selected if uid in prompts["failure"]]
         if failed:
             error = self.tq.kv_list(partition_id)[partition_id][failed[0]].get("error", "unknown error")
@@ -116,7 +161,83 @@ class ReplayBuffer:
                 f"ReplayBuffer.sample: {len(failed)} prompt group(s) failed during rollout, e.g. uid {failed[0]}: "
                 f"{error}. verl would train on the surviving trajectories (or refill the group with "
                 "trainer.v1.sampler.sync_refill_failed_groups=True); minirl stops so the error is not lost.")
-        return self._materialize_batch(partition_id, selected, trajectories), {}
+
+    # ------------------------------------------------------------------------------ DAPO
+    def _dapo_filtered_keys(self, partition_id: str, finished: list[str], trajectories: dict) -> tuple[set, Counter]:
+        """Finished groups whose `filter_groups_metric` is the same for all their trajectories, and that value's count.
+
+        verl: `ReplayBuffer._dapo_filtered_keys` (`verl/trainer/ppo/v1/replay_buffer.py:248`). A group of one
+        trajectory is never filtered (it has no spread to lose).
+        """
+        by_uid: dict[str, list[str]] = {}
+        for key in trajectories:
+            by_uid.setdefault(uid_of(key), []).append(key)
+        keys = [k for uid in finished for k in by_uid.get(uid, [])]
+        infos = self.tq.kv_batch_get(keys, partition_id, select_fields=["reward_extra_info"])["reward_extra_info"] \
+            if keys and "reward_extra_info" in self.tq.fields_of(keys[0], partition_id) else [None] * len(keys)
+        values: dict[str, list[float]] = {}
+        for key, info in zip(keys, infos):
+            if not isinstance(info, dict) or self.filter_groups_metric not in info:
+                seen = sorted(info) if isinstance(info, dict) else []
+                raise RuntimeError(
+                    f"Finished groups are missing DAPO metric {self.filter_groups_metric!r} (trajectory {key}'s "
+                    f"reward_extra_info has {seen}). Fix: algorithm.filter_groups.metric=<one of those keys>, e.g. "
+                    "acc (what a score function that returns a number reports).")
+            values.setdefault(uid_of(key), []).append(float(info[self.filter_groups_metric]))
+        filtered = {uid: v[0] for uid, v in values.items() if len(v) > 1 and float(np.std(v)) == 0.0}
+        return set(filtered), Counter(filtered.values())
+
+    def _sample_dapo(self, global_steps: int, batch_size: int, partition_id: str) -> tuple[KVBatchMeta, dict]:
+        """DAPO's dynamic sampling in sync mode: evict no-spread groups, refill 2k, keep `batch_size`, drop the surplus."""
+        prefix = "training" if partition_id == "train" else "validation"
+        evicted, counts, refilled, credit, draining = 0, Counter(), 0, 0, False
+        limit = int(self.max_inflight_gen_batches) * int(self.train_batch_size or batch_size)
+        generated: set[str] = set()
+        while True:
+            prompts, fetched, trajectories = self._sync_metadata_from_transfer_queue(partition_id)
+            generated |= set(prompts["finished"]) | set(prompts["failure"])
+            dapo_uids, dapo_counts = self._dapo_filtered_keys(partition_id, prompts["finished"], trajectories)
+            if dapo_uids:
+                keys = [k for k in trajectories if uid_of(k) in dapo_uids]
+                self.tq.kv_clear([*dapo_uids, *keys], partition_id=partition_id)
+                evicted += len(dapo_uids)
+                counts.update(dapo_counts)
+            sampleable = [u for u in prompts["finished"] + prompts["failure"] if u not in dapo_uids]
+            inflight = len(prompts["pending"]) + len(prompts["running"])  # 0 here: minirl's sync rollout has finished
+            enough = len(sampleable) >= batch_size
+            if enough:
+                draining, credit = True, 0
+            elif not draining:
+                credit += 2 * len(dapo_uids)
+            if not draining and credit > 0:
+                dispatch = min(credit, max(0, limit - inflight))
+                if dispatch > 0:
+                    if self.max_refill_prompts is not None and refilled + dispatch > self.max_refill_prompts:
+                        raise RuntimeError(
+                            f"DAPO dynamic sampling: {evicted} of {len(generated)} groups generated this step had no "
+                            f"spread in {self.filter_groups_metric!r} and {refilled} refills did not find "
+                            f"{batch_size} groups with spread. The task is too easy or too hard for the model "
+                            "(verl's legacy DAPO trainer stops the same way: 'Generated too many'). Fix: a harder or "
+                            "easier task, or raise algorithm.filter_groups.max_num_gen_batches.")
+                    self.refill_fn(dispatch)
+                    refilled += dispatch
+                    credit -= dispatch
+                    continue
+            if not enough:
+                raise RuntimeError(
+                    f"ReplayBuffer.sample (DAPO): {len(sampleable)} groups with spread, {batch_size} needed, and no "
+                    f"refill credit left (prompts by status: { {k: len(v) for k, v in prompts.items()} }).")
+            selected = sorted(sampleable, key=lambda uid: fetched[uid])[:batch_size]
+            self._raise_on_failure(partition_id, selected, prompts)
+            surplus = set(sampleable) - set(selected)
+            if surplus:  # sync stays bufferless: groups beyond the batch are dropped, as in verl
+                keys = [k for k in trajectories if uid_of(k) in surplus]
+                self.tq.kv_clear([*surplus, *keys], partition_id=partition_id)
+            metrics = {f"{prefix}/filter_groups/evicted_samples": evicted,
+                       f"{prefix}/filter_groups/discarded_surplus_samples": len(surplus),
+                       f"{prefix}/filter_groups/generated_groups": len(generated)}
+            metrics.update({f"{prefix}/filter_groups/filtered_reward_counts/{v:g}": n for v, n in counts.items()})
+            return self._materialize_batch(partition_id, selected, trajectories), metrics
 
     def _materialize_batch(self, partition_id: str, selected_uids: list[str], trajectories: dict) -> KVBatchMeta:
         """Clear the selected prompt keys; return their trajectories' keys and tags in write order."""

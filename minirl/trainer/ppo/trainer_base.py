@@ -36,6 +36,9 @@ step's keys leave the TransferQueue when it ends (verl: `kv_clear` in `fit`, `:3
 Where the workers live: `minirl.trainer.ppo.worker_groups` (Ray actors or objects in this process).
 The rollout (hf or vLLM) lives in this controller process, or in rollout server processes with
 `rollout.nnodes=1` (`minirl.workers.rollout.llm_server`); it gets the actor's weights after every update.
+The agent-loop workers are processes of their own (`rollout.agent.placement`: forked processes or Ray
+actors, `minirl.agent_loop.worker_process`) that call the rollout and write the TransferQueue themselves;
+the controller only splits the prompts among them.
 """
 
 from __future__ import annotations
@@ -43,41 +46,59 @@ from __future__ import annotations
 import contextlib
 import os
 
+import numpy as np
 import torch
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
 from minirl.agent_loop import AgentLoopManagerTQ, multi_turn_metrics, new_uids
+from minirl.agent_loop.worker_process import cpu_seconds, prewarm_fork_server, resolve_agent_placement
 from minirl.checkpoint_engine import CheckpointEngineManager
+from minirl.config.derived import data_parallel_size
 from minirl.protocol import DataProto
 from minirl.trace import NullTracer, Tracer
-from minirl.trainer import core_algos
-from minirl.trainer.ppo import checkpointing, finite_checks, metric_log, validation
+from minirl.trainer.ppo import checkpointing, core_algos, finite_checks
 from minirl.trainer.ppo.advantage import apply_kl_penalty, compute_advantage
-from minirl.trainer.ppo.dataloader import PromptLoader
+from minirl.trainer.ppo.dataloader import PromptLoader, PromptStream, to_dataproto
 from minirl.trainer.ppo.metric_utils import (
+    calculate_debug_metrics,
+    compute_step_metrics,
+    compute_validation_metrics,
     gather_worker_metrics,
     reduce_metrics,
     rollout_mismatch_metrics,
+    sample_trace_info,
     update_batch_numbers,
 )
-from minirl.trainer.ppo.off_policy import MetricsAggregator, sample_trace_info
-from minirl.trainer.ppo.remax import greedy_baselines
 from minirl.trainer.ppo.replay_buffer import ReplayBuffer, submit_prompts
 from minirl.trainer.ppo.rollout_corr_helper import apply_rollout_correction
-from minirl.trainer.ppo.utils import data_parallel_size, need_critic, need_reference_policy
+from minirl.trainer.ppo.utils import (
+    MetricsAggregator,
+    need_critic,
+    need_reference_policy,
+    need_teacher_policy,
+)
 from minirl.trainer.ppo.worker_groups import build_worker_groups
 from minirl.transfer_queue import KVBatchMeta, TransferQueue, TransferQueueView, kv_batch_get_padded, uid_of
+from minirl.utils import hooks
 from minirl.utils.debug import marked_timer
 from minirl.utils.seqlen_balancing import (
     calculate_workload,
     get_seqlen_balanced_partitions,
     log_seqlen_unbalance,
 )
+from minirl.utils.tracking import Tracking
 from minirl.workers.reward import RewardLoopManager, collect_reward_info
 from minirl.workers.rollout.llm_server import build_rollout
 
 _TRAINERS: dict[str, type] = {}
+
+
+def _filter_groups_metric(config) -> str | None:
+    """DAPO's group-filtering metric, or None when `algorithm.filter_groups` is off (verl: `_resolve_filter_groups_metric`,
+    `verl/trainer/ppo/v1/trainer_base.py:190`; the config check has made sure the metric is set)."""
+    fg = config.algorithm.get("filter_groups")
+    return str(fg.metric) if fg is not None and fg.get("enable", False) else None
 
 
 ROLLOUT_READS = ("raw_prompt", "raw_prompt_ids", "tools_kwargs", "interaction_kwargs", "data_source", "reward_model",
@@ -112,10 +133,16 @@ class PPOTrainer:
         self.reward_loop_manager = None  # minirl.workers.reward.RewardLoopManager, set by init_workers
         self.use_critic = need_critic(config)
         self.use_reference_policy = need_reference_policy(config)
+        self.use_teacher_policy = need_teacher_policy(config)  # on-policy distillation (distillation.enabled)
+        self.teacher_model_manager = None  # minirl.teacher_loop.MultiTeacherModelManager, set by init_workers
         self.device = config.trainer.device
         self.global_steps = 0
-        self.actor_version = 0  # optimizer updates applied to the actor (reported back by update_actor)
+        self.actor_version = 0  # update_actor calls applied to the actor (the worker's count, `actor_updates`)
         self.critic_version = 0
+        # the weights' versions in global steps, as verl stamps them (`update_weights(global_steps)`): the step of
+        # the last update the actor's / critic's weights include (`versions`, the `version/*` metrics)
+        self.actor_step = 0
+        self.critic_step = 0
         self.history: list[dict] = []
         self._step_callbacks: list = []  # add_step_callback: fn(step, batch, metrics) after every step
         self.tq = TransferQueue()  # the data plane: trajectories by sample key
@@ -127,8 +154,10 @@ class PPOTrainer:
         self.workers = None  # minirl.trainer.ppo.worker_groups.WorkerGroups, set by init_workers
         self.kl_ctrl_in_reward = core_algos.get_kl_controller(config.algorithm.kl_ctrl) \
             if config.algorithm.use_kl_in_reward else None
-        self.loader = PromptLoader(train_dataset, int(config.data.train_batch_size), collate_fn,
-                                   shuffle=bool(config.data.shuffle), seed=int(config.data.seed or 42))
+        # DAPO's refills fetch exactly k prompts (verl: data.gen_batch_size=1 when algorithm.filter_groups is on)
+        loader_cls = PromptStream if _filter_groups_metric(config) else PromptLoader
+        self.loader = loader_cls(train_dataset, int(config.data.train_batch_size), collate_fn,
+                                 shuffle=bool(config.data.shuffle), seed=int(config.data.seed or 42))
         total = len(self.loader) * int(config.trainer.total_epochs)
         if config.trainer.total_training_steps is not None:
             total = int(config.trainer.total_training_steps)
@@ -142,6 +171,8 @@ class PPOTrainer:
             meta={"adv_estimator": config.algorithm.adv_estimator, "rollout": config.actor_rollout_ref.rollout.name})
         # every span also records the versions after the stage (update_actor: actor v -> v+1)
         self.tracer.version_source = lambda: self.versions
+        # verl: `Tracking` in `fit`; rows go to `history`, metrics.jsonl, the console and the trace
+        self.logger = Tracking(config.trainer.logger, config.trainer.default_local_dir, self.tracer, self.history)
         self.finite = finite_checks.FiniteChecks(self)  # NaN/inf after each stage: trainer.nonfinite
 
     # ------------------------------------------------------------------------------------ set-up
@@ -151,7 +182,15 @@ class PPOTrainer:
         verl: `PPOTrainer._setup` (`verl/trainer/ppo/v1/trainer_base.py:229`) with Ray resource pools.
         """
         cfg = self.config
+        self.agent_loop_placement = resolve_agent_placement(cfg)
+        if self.agent_loop_placement == "process":
+            prewarm_fork_server()  # the workers' fork server imports while the actor is built
         self.reward_loop_manager = RewardLoopManager(cfg, self.tokenizer)  # first: a bad reward file fails at once
+        self.reward_loop_manager.failures.quiet = True  # failed rewards are summed up after each step (check_failures)
+        if self.use_teacher_policy:  # the teacher servers start now and come up while the actor is built
+            from minirl.teacher_loop import MultiTeacherModelManager
+
+            self.teacher_model_manager = MultiTeacherModelManager(cfg, wait=False)
         self.workers = build_worker_groups(cfg, self._actor_role, self.use_critic, tracer=self.tracer)
         self.worker_group_backend = self.workers.backend
         self.actor_rollout_wg, self.critic_wg = self.workers.actor_rollout_wg, self.workers.critic_wg
@@ -161,15 +200,33 @@ class PPOTrainer:
         if self.use_critic:
             self.critic_wg.init_model(cfg.critic.model.path)
         handles = self.reward_loop_manager.reward_loop_worker_handles  # given: each session is scored as it ends
+        # the agent-loop workers: processes of their own that talk to the rollout and write self.tq (or, with
+        # rollout.agent.placement=inprocess, objects here); the controller only schedules them
         self.agent_loop_manager = AgentLoopManagerTQ(cfg, self.tokenizer, self.rollout, tq=self.tq,
-                                                     reward_loop_worker_handles=handles)
+                                                     reward_loop_worker_handles=handles,
+                                                     teacher_client=self.get_teacher_client(),
+                                                     placement=self.agent_loop_placement)
         self.checkpoint_manager = CheckpointEngineManager.for_rollout(cfg, self.actor_rollout_wg, self.rollout)
         self._load_checkpoint()
         self.on_init_end()
 
+    def get_teacher_client(self) -> dict | None:
+        """`{key: LLMServerClient}` of the distillation teachers, or None (verl: `get_teacher_client`, `:375`)."""
+        return self.teacher_model_manager.get_client() if self.use_teacher_policy else None
+
     def _build_replay_buffer(self) -> ReplayBuffer:
-        """The sync buffer (verl: `_build_replay_buffer`, `:142`; the async trainers return `ReplayBufferAsync`)."""
-        return ReplayBuffer(self.tq, trainer_mode=self.config.trainer.v1.trainer_mode)
+        """The sync buffer (verl: `_build_replay_buffer`, `:142`; the async trainers return `ReplayBufferAsync`),
+        with DAPO's group filtering when `algorithm.filter_groups.enable` (refilling through
+        `_add_prompts_to_generate`)."""
+        metric = _filter_groups_metric(self.config)
+        if metric is None:
+            return ReplayBuffer(self.tq, trainer_mode=self.config.trainer.v1.trainer_mode)
+        fg = self.config.algorithm.filter_groups
+        tbs = int(self.config.data.train_batch_size)
+        most = int(fg.max_num_gen_batches) * tbs if int(fg.max_num_gen_batches) > 0 else len(self.train_dataset)
+        return ReplayBuffer(self.tq, trainer_mode=self.config.trainer.v1.trainer_mode,
+                            refill_fn=self._add_prompts_to_generate, filter_groups_metric=metric, train_batch_size=tbs,
+                            max_inflight_gen_batches=int(fg.max_inflight_gen_batches), max_refill_prompts=most)
 
     def _build_rollout(self, model_path: str):
         """The in-controller engine (`rollout.nnodes=0`) or the rollout servers (`minirl.workers.rollout.llm_server`)."""
@@ -186,13 +243,24 @@ class PPOTrainer:
 
     @property
     def versions(self) -> dict:
-        """Weight versions now: actor, rollout (the replicas'), old (behind old_log_probs), ref (0), critic."""
-        v = {"actor": self.actor_version, "rollout": self.rollout.policy_version,
+        """Weight versions now, in global steps in every mode (the `version/*` metrics, minirl's own names).
+
+        - `actor`: the step of the last update the actor's weights include (k once step k has updated it; in
+          separate_async from its first local update on);
+        - `rollout`: what the rollout replicas hold (the oldest, if they differ): k after step k's weight sync;
+        - `old`: the weights behind this batch's `old_log_probs`: k - 1 at step k (separate_async: every local
+          update of the step uses the step's first weights); in bypass mode the rollout's own, the newest
+          version among the batch's trajectories; None until the stage has run;
+        - `ref`: 0 (the reference policy never moves); `critic`: as `actor`, for the critic.
+
+        A trajectory's own versions are its `min_global_steps` / `max_global_steps` (the staleness metrics).
+        """
+        v = {"actor": self.actor_step, "rollout": self.rollout.policy_version,
              "old": getattr(self, "old_policy_version", None)}
         if self.use_reference_policy:
             v["ref"] = 0
         if self.use_critic:
-            v["critic"] = self.critic_version
+            v["critic"] = self.critic_step
         return v
 
     def _span(self, stage, batch, **kw):
@@ -212,13 +280,14 @@ class PPOTrainer:
         cfg = self.config.trainer
         if cfg.val_before_train and self.val_dataset is not None:
             val = self._validate()
-            self._log(val, self.global_steps)
+            self.logger.log(val, self.global_steps)
             if cfg.val_only:
                 return val
         bar = tqdm(total=self.total_training_steps, initial=self.global_steps, desc="Training Progress",
                    disable=os.environ.get("MINIRL_NO_PROGRESS") == "1")
         self.global_steps += 1
         last_val = None
+        self.process_cpu_metrics()  # the CPU counters start here: step 1's row counts from now
         self.on_train_begin()  # verl: after validation, at global_steps 1 (async trainers: warm-up batches)
         try:
             while self.global_steps <= self.total_training_steps:
@@ -236,7 +305,7 @@ class PPOTrainer:
                         last_val = self._validate()
                     metrics.update(last_val)
                 self._compute_metrics(batch, metrics)
-                self._log(metrics, self.global_steps)
+                self.logger.log(metrics, self.global_steps)
                 checkpointing.mark_latest(self)  # only now, with the step's row written, is it the latest
                 for callback in self._step_callbacks:
                     callback(self.global_steps, batch, metrics)
@@ -281,14 +350,19 @@ class PPOTrainer:
 
     def _add_batch_to_generate(self) -> None:
         """verl: `PPOTrainer._add_batch_to_generate`: the next prompts, submitted to the rollout."""
+        self._greedy_scores = {}  # remax: this step's greedy baselines (refills add theirs)
         self._submit_batch_to_rollout(self._next_train_batch())
 
-    def _next_train_batch(self) -> DataProto:
-        """`data.train_batch_size` prompts, one fresh `uid` each, tagged with this step.
+    def _add_prompts_to_generate(self, num_prompts: int) -> int:
+        """Generate exactly `num_prompts` more prompts' groups: DAPO's refill (verl: `_add_prompts_to_generate`, `:1409`)."""
+        return self._submit_batch_to_rollout(self._next_train_batch(num_prompts))
+
+    def _next_train_batch(self, num_prompts: int | None = None) -> DataProto:
+        """`num_prompts` prompts (default `data.train_batch_size`), one fresh `uid` each, tagged with this step.
 
         verl: `_next_train_batch` / `_fetch_one_gen_batch` (uids are `uuid4` strings, one per prompt).
         """
-        batch = self.loader.next_batch()
+        batch = self.loader.next_prompts(num_prompts) if num_prompts else self.loader.next_batch()
         batch.non_tensor_batch["uid"] = new_uids(len(batch))
         batch.meta_info["global_steps"] = self.global_steps
         return batch
@@ -297,8 +371,9 @@ class PPOTrainer:
         """Register the prompts (`status: pending`) in the TransferQueue and run their sessions.
 
         verl: `PPOTrainer._submit_batch_to_rollout` (`verl/trainer/ppo/v1/trainer_base.py:1391`), which
-        returns at once while the agent-loop workers generate in the background; minirl's in-process
-        agent loop generates here, so the `rollout` span holds the whole generation.
+        returns at once while the agent-loop workers generate in the background; minirl's sync trainer waits
+        here for its agent-loop workers to finish, so the `rollout` span holds the whole generation (the async
+        trainers only submit: `minirl.trainer.ppo.trainer_async`).
         """
         uids = list(batch.non_tensor_batch["uid"])
         # what the agent loop (raw_prompt, tools_kwargs) and the reward loop it calls (data_source, reward_model,
@@ -309,7 +384,7 @@ class PPOTrainer:
             info.update(self.agent_loop_manager.generate_sequences(batch))
             self._rollout_metrics = multi_turn_metrics(info.get("multi_turn"))  # tool calls, turns, failures
             if self.config.algorithm.adv_estimator == "remax":  # its baseline: a greedy response per prompt
-                self._greedy_scores = greedy_baselines(self, batch)
+                self._greedy_scores = {**getattr(self, "_greedy_scores", {}), **self._compute_greedy_baselines(batch)}
             wanted = set(uids)
             keys = [k for k, tag in self.tq.kv_list("train")["train"].items()
                     if not tag.get("is_prompt") and uid_of(k) in wanted]
@@ -359,10 +434,12 @@ class PPOTrainer:
             batch = self._get(self.batch_meta)
             if "rm_scores" in batch.batch.keys():  # noqa: SIM118 (scored in the rollout: extra columns, metrics)
                 metrics.update(collect_reward_info(batch))
+                self.reward_loop_manager.check_failures(metrics, len(batch), f"step {self.global_steps}")
             info["_batch"] = batch
             info["sessions"] = len(batch)
             info["policy_versions"] = sorted({int(v) for v in self.batch_meta.tag_values("max_global_steps")})
-            info.update(sample_trace_info(batch, self.replay_buffer))  # async: evictions, waits, session times
+            info.update(sample_trace_info(batch, self.replay_buffer))  # session times; async: evictions, waits
+            info["process_pids"] = self.process_table()  # who ran what: controller, rollout servers, agent-loop workers
             info["transfer_queue"] = {"partition_id": self.batch_meta.partition_id, "keys": len(self.batch_meta),
                                       "fields": self.tq.describe(self.batch_meta.keys)}
         self._check_versions(batch)
@@ -392,6 +469,7 @@ class PPOTrainer:
             rm = self.reward_loop_manager.compute_rm_score(batch)
             info["score_timing"] = rm.meta_info.pop("score_timing")  # per sample: wall-clock start/end
             metrics.update(collect_reward_info(batch.union(rm)))
+            self.reward_loop_manager.check_failures(metrics, len(batch), f"step {self.global_steps}")
         return batch
 
     def _balance_batch(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -416,7 +494,7 @@ class PPOTrainer:
         """What a worker needs and nothing more (verl fetches only `select_fields` from the TransferQueue)."""
         data = batch.select(batch_keys=keys)
         data.meta_info = dict(meta)
-        return data
+        return hooks.apply("trainer.worker_input", data, keys=keys)  # minirl.utils.hooks
 
     def _compute_old_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
         """`old_log_probs`: the proximal anchor of the PPO ratio, from the actor's current weights.
@@ -429,7 +507,9 @@ class PPOTrainer:
             with self._span("old_log_prob", batch, role="trainer", reads=["rollout_log_probs"]) as info:
                 batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
                 info["bypass_mode"] = True
-                info["actor_version"] = self.old_policy_version = self.actor_version
+                info["actor_version"] = self.actor_version
+                # pi_old is pi_rollout: its version is the newest that sampled this batch
+                self.old_policy_version = max(int(v) for v in batch.non_tensor_batch["max_global_steps"])
             return batch
         keys = ["input_ids", "attention_mask", "position_ids", "responses", "response_mask"]
         with self._span("old_log_prob", batch, role="actor", reads=keys) as info:
@@ -437,12 +517,15 @@ class PPOTrainer:
             out = self.actor_rollout_wg.compute_log_prob(self._worker_input(batch, keys, temperature=temp))
             batch.batch["old_log_probs"] = out.batch["log_probs"]
             batch.batch["entropy"] = out.batch["entropy"]
-            info["actor_version"] = self.old_policy_version = out.meta_info.get("actor_version")
+            info["actor_version"] = out.meta_info.get("actor_version")  # the worker's count of update_actor calls
+            self.old_policy_version = self.actor_step
             if "sum_pi_squared" in out.batch.keys():  # noqa: SIM118 (actor.calculate_sum_pi_squared: OTB)
                 batch.batch["sum_pi_squared"] = out.batch["sum_pi_squared"]
             mask = batch.batch["response_mask"].bool()
             metrics["actor/entropy"] = float(batch.batch["entropy"][mask].mean()) if mask.any() else 0.0
-            metrics.update(rollout_mismatch_metrics(batch))
+            if self.config.actor_rollout_ref.rollout.calculate_log_probs:  # verl's condition and names (probabilities)
+                metrics.update(calculate_debug_metrics(batch))
+            metrics.update(rollout_mismatch_metrics(batch))  # minirl's own (log-probs)
         return batch
 
     def _compute_ref_log_prob(self, batch: DataProto, metrics: dict) -> DataProto:
@@ -462,6 +545,7 @@ class PPOTrainer:
 
     def _compute_advantage(self, batch: DataProto, metrics: dict) -> DataProto:
         algo = self.config.algorithm
+        batch = hooks.apply("trainer.before_advantage", batch)  # minirl.utils.hooks
         reads = ["rm_scores", "response_mask", "uid"] + (["values"] if self.use_critic else [])
         with self._span("advantage", batch, role="trainer", reads=reads):
             batch.batch["token_level_scores"] = batch.batch["rm_scores"]
@@ -501,6 +585,7 @@ class PPOTrainer:
             self._check_divisible(batch, "update_critic")
             out = self.critic_wg.update_critic(self._worker_input(batch, keys, **self._update_meta(self.config.critic)))
             self.critic_version = int(out.meta_info["critic_version"])
+            self.critic_step = self.global_steps
             m = gather_worker_metrics(out)
             info.update(update_batch_numbers(m))
             metrics.update({k if k.startswith("critic/") else f"critic/{k}": v for k, v in reduce_metrics(m).items()})
@@ -513,16 +598,37 @@ class PPOTrainer:
             keys.append("ref_log_prob")
         if "rollout_is_weights" in batch.batch.keys():  # noqa: SIM118 (decoupled rollout correction's weights)
             keys.append("rollout_is_weights")
+        distillation = self._distillation_update_info()
+        if distillation:  # the teacher's numbers, stored with each trajectory during rollout
+            keys += ["teacher_logprobs"] + (["teacher_ids"] if distillation["distillation_use_topk"] else [])
         with self._span("update_actor", batch, role="actor", reads=keys) as info:
             meta = self._update_meta(actor)
+            meta.update(distillation)
             meta["calculate_entropy"] = bool(actor.calculate_entropy or float(actor.entropy_coeff) != 0)
             self._check_divisible(batch, "update_actor")
             out = self.actor_rollout_wg.update_actor(self._worker_input(batch, keys, **meta))
             self.actor_version = int(out.meta_info["actor_version"])
+            self.actor_step = self.global_steps
+            info["actor_updates"] = self.actor_version  # update_actor calls so far (separate_async: P per step)
             m = gather_worker_metrics(out)
             info.update(update_batch_numbers(m))
             metrics.update({k if k.startswith("actor/") else f"actor/{k}": v for k, v in reduce_metrics(m).items()})
         return batch
+
+    def _distillation_update_info(self) -> dict:
+        """On-policy distillation's flags for the actor update ({} when off); verl sets the same in `_update_actor`.
+
+        `distillation_use_topk`: the engine runs the loss's top-k logits processor; `distillation_only`:
+        only the distillation loss counts (top-k, no task reward, no policy gradient).
+        """
+        if not self.use_teacher_policy:
+            return {}
+        from minirl.trainer.distillation import get_distillation_loss_settings
+
+        lc = self.config.distillation.distillation_loss
+        use_topk = get_distillation_loss_settings(str(lc.loss_mode)).use_topk
+        return {"distillation_use_topk": use_topk,
+                "distillation_only": use_topk and not lc.use_task_rewards and not lc.use_policy_gradient}
 
     # ------------------------------------------------------------------------------------- hooks
     def add_step_callback(self, callback) -> None:
@@ -551,22 +657,103 @@ class PPOTrainer:
             info.update(self.checkpoint_manager.update_weights(self.global_steps))
         return info
 
-    # -------------------------------------------------------------------------------- validation
-    def _validate(self) -> dict:
-        """Greedy responses to every validation prompt, scored; `val-core/<data_source>/<key>/mean@<n>`.
+    # ------------------------------------------------------------------- validation and greedy responses
+    def generate_validation_batch(self, data: DataProto, what: str = "validation") -> tuple[DataProto, dict]:
+        """Sessions for the prompts of `data` (uids set) on the validation path, sampled back and scored.
 
-        verl: `PPOTrainer._validate` (`verl/trainer/ppo/v1/trainer_base.py:961`); minirl: `minirl.trainer.ppo.validation`.
+        The one path validation and ReMax's greedy baseline share: the prompts are registered in the
+        TransferQueue's `val` partition, the agent loop runs their sessions with the validation sampling
+        settings (`rollout.val_kwargs`; `data.meta_info["validate"]` is True), `ReplayBuffer.sample(partition_id="val")`
+        hands them back as one padded `DataProto`, and rewards come from the rollout (or from a colocated
+        reward model, now); failed rewards are reported under `what` (one warning line, never a stop:
+        `RewardLoopManager.check_failures`). Returns that batch (with `rm_scores`) and what the agent loop
+        reported (its `multi_turn` statistics). The `val` keys leave the TransferQueue before it returns.
+        verl: the generation half of `PPOTrainer._validate` (`verl/trainer/ppo/v1/trainer_base.py:961`).
         """
-        return validation.validate(self)
+        submit_prompts(self.tq, list(data.non_tensor_batch["uid"]), self.global_steps, partition_id="val")
+        gen = self.agent_loop_manager.generate_sequences(data)
+        meta, _ = self.replay_buffer.sample(self.global_steps, batch_size=len(data), partition_id="val")
+        try:
+            out = self._get(meta)
+        finally:
+            self.tq.kv_clear(meta.keys, partition_id="val")
+        reward_metrics = self.reward_loop_manager.score_batch(out)  # rm_scores from the rollout, or scored now
+        self.reward_loop_manager.check_failures(reward_metrics, len(out), what, stop=False)
+        return out, gen
+
+    def _validate(self) -> dict:
+        """Every validation prompt through `generate_validation_batch`, scored: `val-core/<data_source>/<key>/mean@<n>`.
+
+        The prompts get `rollout.val_kwargs.n` sessions each, greedy by default; the metrics are named as
+        verl names them (`minirl.trainer.ppo.metric_utils.compute_validation_metrics`), plus the multi-turn
+        statistics under `val-aux/multi_turn`. verl: `PPOTrainer._validate` (`verl/trainer/ppo/v1/trainer_base.py:961`).
+        """
+        ds = self.val_dataset
+        data = to_dataproto(self.collate_fn([ds[i] for i in range(len(ds))]))
+        data.non_tensor_batch["uid"] = new_uids(len(data))
+        data.meta_info.update(validate=True, global_steps=self.global_steps)
+        n = int(self.config.actor_rollout_ref.rollout.val_kwargs.n)
+        with self._span("validate", data, role="rollout") as info:
+            out, gen = self.generate_validation_batch(data)
+            info.update({"multi_turn": gen["multi_turn"]} if "multi_turn" in gen else {})
+            info["_batch"] = out
+        metrics = multi_turn_metrics(gen.get("multi_turn"), prefix="val-aux/multi_turn")
+        metrics.update(compute_validation_metrics(out, self.config.data.reward_fn_key, n))
+        return metrics
+
+    def _compute_greedy_baselines(self, batch: DataProto) -> dict:
+        """ReMax's baseline: `uid -> score` of one greedy response to each prompt of `batch` (the step's prompts).
+
+        `compute_remax_outcome_advantage` (`verl/trainer/ppo/core_algos.py`, registered as `remax`) subtracts
+        from each sampled response's score the score of a *greedy* response to the same prompt, the
+        `reward_baselines` field. verl's legacy trainer samples that greedy response in the same step
+        (`RayPPOTrainer.fit`, `verl/trainer/ppo/ray_trainer.py:1405`); verl's V1 trainer at the pin has no
+        such step, so `algorithm.adv_estimator=remax` does not run there. minirl adds it on the V1 path,
+        through `generate_validation_batch` (rollout.val_kwargs sampling, one session per prompt).
+        """
+        data = DataProto.from_dict(non_tensors={k: np.array(v, dtype=object) for k, v in batch.non_tensor_batch.items()},
+                                   meta_info={**batch.meta_info, "validate": True})
+        train_uids = list(data.non_tensor_batch["uid"])
+        data.non_tensor_batch["uid"] = new_uids(len(data))
+        data.non_tensor_batch["__rollout_n__"] = np.array([1] * len(data), dtype=object)
+        out, _ = self.generate_validation_batch(data, what=f"step {self.global_steps}: ReMax's greedy baseline")
+        to_train = dict(zip(data.non_tensor_batch["uid"], train_uids))
+        return {to_train[u]: s for u, s in zip(out.non_tensor_batch["uid"], out.batch["rm_scores"].sum(-1).tolist())}
 
     # ---------------------------------------------------------------------------- metrics, logs
     def _compute_metrics(self, batch: DataProto, metrics: dict):
-        """The step's row: data, timing, versions, staleness, weight sync (`minirl.trainer.ppo.metric_log`)."""
-        metric_log.compute_step_metrics(self, batch, metrics)
+        """The step's row: data, timing, versions, staleness (`minirl.trainer.ppo.metric_utils.compute_step_metrics`),
+        the last weight sync's numbers (bytes, buckets, seconds) and where the CPU went (`process_cpu_metrics`).
+        verl: `_compute_metrics` (`:1763`)."""
+        metrics.update(compute_step_metrics(batch, use_critic=self.use_critic, timing_raw=self.timing_raw,
+                                            global_steps=self.global_steps, epoch=self.loader.epoch,
+                                            versions=self.versions))
+        metrics.update(self.checkpoint_manager.pop_metrics())
+        metrics.update(self.process_cpu_metrics())
 
-    def _log(self, metrics: dict, step: int):
-        """History, `metrics.jsonl`, the console line and the trace's `metrics` event (`minirl.trainer.ppo.metric_log`)."""
-        metric_log.log_step(self, metrics, step)
+    def process_table(self) -> dict[str, int]:
+        """The run's processes by role -> pid: `controller` (this one: the trainer, and the rollout engine when
+        `rollout.nnodes=0`), `rollout_server_<i>`, `agent_loop_worker_<i>` (none when the agent loop runs here)."""
+        table = {"controller": os.getpid()}
+        for replica in getattr(self.rollout, "rollout_replicas", []):  # an LLMServerManager's server processes
+            if getattr(replica, "pid", None):
+                table[f"rollout_server_{replica.replica_rank}"] = replica.pid
+        manager = getattr(self, "agent_loop_manager", None)
+        for i, pid in enumerate(manager.worker_pids() if hasattr(manager, "worker_pids") else []):
+            table[f"agent_loop_worker_{i}"] = pid
+        return table
+
+    def process_cpu_metrics(self) -> dict:
+        """minirl's own `perf/cpu_s/<process>`: CPU seconds (user + system) each process of the run used since the
+        last row, and `perf/cpu_s/all`; on 2 cores a step cannot take less than `all / 2` seconds of wall time.
+        Empty where `/proc` is not readable (Linux only, processes on this machine)."""
+        now = {role: cpu_seconds(pid) for role, pid in self.process_table().items()}
+        last, self._cpu_last = getattr(self, "_cpu_last", {}), now
+        out = {f"perf/cpu_s/{role}": now[role] - last[role] for role in now
+               if now[role] is not None and last.get(role) is not None}
+        if out:
+            out["perf/cpu_s/all"] = sum(out.values())
+        return out
 
     # ------------------------------------------------------------------------------ checkpoints
     def _save_checkpoint(self):
@@ -580,7 +767,11 @@ class PPOTrainer:
     def close(self):
         """Close the trace; stop the rollout servers; kill the Ray workers (and stop Ray if this trainer started it)."""
         self.tracer.close()
-        for owned in (getattr(self, "checkpoint_manager", None), getattr(self, "rollout", None)):
+        manager = getattr(self, "agent_loop_manager", None)
+        if manager is not None:
+            manager.shutdown()  # the agent-loop worker processes first: they talk to the rollout
+        for owned in (getattr(self, "checkpoint_manager", None), getattr(self, "rollout", None),
+                      self.teacher_model_manager):
             getattr(owned, "shutdown", lambda: None)()  # the weight-sync group, the rollout server processes
         if self.reward_loop_manager is not None:
             self.reward_loop_manager.shutdown()  # stops the reward-model server

@@ -18,16 +18,18 @@ aborted mid-generation carries tokens of two versions (`min_global_steps < max_g
 ReplayBuffer bounds that lag (`trainer.v1.sampler.max_off_policy_threshold`, `drop` | `wait`).
 
 In minirl the shared device is the CPU and the rollout is the in-controller engine (`rollout.nnodes=0`,
-`naive` weight sync), made pausable by `minirl.trainer.ppo.async_rollout.ColocatedRollout`; its
-sessions run in a background thread that is idle while the trainer trains.
+`naive` weight sync), served to the agent-loop worker processes by
+`minirl.workers.rollout.llm_server.LocalRolloutServer`, whose scheduler the sample end pauses (with the agent
+loop in the controller, `rollout.agent.placement=inprocess`: `ColocatedRollout`). The engine's thread is idle
+while the trainer trains.
 """
 
 from __future__ import annotations
 
-from minirl.trainer.ppo.async_rollout import ColocatedRollout
 from minirl.trainer.ppo.trainer_async import AsyncTrainerMixin
 from minirl.trainer.ppo.trainer_base import PPOTrainer, register_trainer
 from minirl.utils.debug import marked_timer
+from minirl.workers.rollout.llm_server import ColocatedRollout, LocalRolloutServer
 
 __all__ = ["PPOTrainerColocateAsync"]
 
@@ -40,8 +42,13 @@ class PPOTrainerColocateAsync(AsyncTrainerMixin, PPOTrainer):
     """
 
     def _build_rollout(self, model_path: str):
-        """The in-controller engine behind a pausable replica (verl: the hybrid replicas, `get_llm_client`)."""
-        return ColocatedRollout(super()._build_rollout(model_path))
+        """The in-controller engine behind a pausable replica (verl: the hybrid replicas, `get_llm_client`):
+        served to the agent-loop worker processes (`LocalRolloutServer`), or with the agent loop in this process
+        (`rollout.agent.placement=inprocess`) behind `ColocatedRollout`."""
+        engine = super()._build_rollout(model_path)
+        if self.agent_loop_placement == "inprocess":
+            return ColocatedRollout(engine)
+        return LocalRolloutServer(engine)
 
     def on_init_end(self):
         """Give the rollout the actor's (possibly resumed) weights, version = global_steps."""

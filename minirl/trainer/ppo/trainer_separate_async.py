@@ -66,11 +66,14 @@ class PPOTrainerSeparateAsync(AsyncTrainerMixin, PPOTrainer):
         wg, i = self.actor_rollout_wg, self.local_trigger_step
         if i == 0:
             wg.save_model_to_cpu(0)
+            self._cycle_actor_step = self.actor_step  # pi_old's version for the whole cycle
             return super()._compute_old_log_prob(batch, metrics)
         wg.save_model_to_cpu(i)
-        wg.restore_model_from_cpu(0)  # the worker's version goes back too, so the trace names pi_old's version
+        wg.restore_model_from_cpu(0)  # the worker's count goes back too, so the trace names pi_old's updates
+        current, self.actor_step = self.actor_step, self._cycle_actor_step  # the forward runs on the cycle's pi_old
         try:
             return super()._compute_old_log_prob(batch, metrics)
         finally:
+            self.actor_step = current
             wg.restore_model_from_cpu(i)
             wg.clear_cpu_model(i)

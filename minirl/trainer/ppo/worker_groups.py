@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from minirl.config.derived import worker_group_backend
 from minirl.single_controller.base.inprocess import InProcessWorkerGroup
 from minirl.single_controller.base.worker_group import ClassWithInitArgs, ResourcePool
 from minirl.workers.engine_workers import ActorRolloutRefWorker, CriticWorker
@@ -27,15 +28,9 @@ __all__ = ["WorkerGroups", "build_worker_groups", "resolve_worker_group"]
 
 
 def resolve_worker_group(config) -> str:
-    """`trainer.worker_group`: "inprocess" or "ray" ("auto": ray for several ranks or a Ray address)."""
-    choice = str(config.trainer.get("worker_group", "auto"))
-    if choice not in ("auto", "inprocess", "ray"):
-        raise ValueError(f"trainer.worker_group={choice!r}: use auto, inprocess or ray.")
-    if choice != "auto":
-        return choice
-    ranks = int(config.trainer.nnodes) * int(config.trainer.n_gpus_per_node)
-    address = config.get("ray_kwargs", {}).get("ray_init", {}).get("address")
-    return "ray" if ranks > 1 or address else "inprocess"
+    """`trainer.worker_group`: "inprocess" or "ray" ("auto": ray for several ranks or a Ray address);
+    computed by `minirl.config.derived.worker_group_backend`."""
+    return worker_group_backend(config)
 
 
 @dataclass
@@ -94,11 +89,19 @@ def _spawn_worker_groups(config, actor_role: str, use_critic: bool) -> WorkerGro
                 "Fix: trainer.worker_group=ray (or auto), or trainer.n_gpus_per_node=1.")
         pool = ResourcePool(process_on_nodes=[1])
         actor = InProcessWorkerGroup(pool, ClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref,
-                                                             role=actor_role, device=device))
+                                                             role=actor_role, device=device,
+                                                             distillation_config=config.get("distillation")))
         critic = InProcessWorkerGroup(pool, ClassWithInitArgs(CriticWorker, config.critic, device=device)) \
             if use_critic else None
         return WorkerGroups("inprocess", actor, critic)
     return _build_ray_worker_groups(config, actor_role, use_critic, ranks)
+
+
+def ray_num_cpus(pool, requested: int | None = None) -> int:
+    """Logical CPUs for a local Ray: `ray_kwargs.ray_init.num_cpus` when set, else every slot of `pool`
+    (`max_colocate_count` CPUs each, `RayResourcePool.cpus_needed`) plus head room, at least 8. Logical CPUs
+    may exceed the physical cores."""
+    return int(requested) if requested else max(8, pool.cpus_needed() + 2)
 
 
 def _build_ray_worker_groups(config, actor_role: str, use_critic: bool, ranks: int) -> WorkerGroups:
@@ -113,11 +116,11 @@ def _build_ray_worker_groups(config, actor_role: str, use_critic: bool, ranks: i
 
     t, device = config.trainer, config.trainer.device
     ray_init = config.ray_kwargs.ray_init
-    # logical CPUs: one placement-group slot per rank plus head room (they may exceed physical cores)
-    owns_ray = init_ray(address=ray_init.address, num_cpus=ray_init.num_cpus or max(8, ranks + 2))
     pool = RayResourcePool(process_on_nodes=[int(t.n_gpus_per_node)] * int(t.nnodes), use_gpu=device == "cuda")
+    owns_ray = init_ray(address=ray_init.address, num_cpus=ray_num_cpus(pool, ray_init.num_cpus))
     class_dict = {actor_role: RayClassWithInitArgs(ActorRolloutRefWorker, config.actor_rollout_ref,
-                                                   role=actor_role, device=device)}
+                                                   role=actor_role, device=device,
+                                                   distillation_config=config.get("distillation"))}
     if use_critic:
         class_dict["critic"] = RayClassWithInitArgs(CriticWorker, config.critic, device=device)
     # CPU ranks: one torch thread each, or two ranks on two cores fight over them

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 
+from minirl.utils import hooks
+
 __all__ = ["compute_score", "extract_solution"]
 
 _SOLUTION_CLIP_CHARS = 300
@@ -31,12 +33,13 @@ def extract_solution(solution_str: str, method: str = "strict") -> str | None:
     """The final answer in `solution_str` as a string, or None if there is none.
 
     `method="strict"`: the number after the last `#### `; `"flexible"`: the last number in the text.
+    The strict pattern passes the hook point `reward.gsm8k.strict_pattern` (`minirl.utils.hooks`).
     """
     if method not in ("strict", "flexible"):
         raise ValueError(f"method must be 'strict' or 'flexible', got {method!r}")
     tail = solution_str[-_SOLUTION_CLIP_CHARS:]
     if method == "strict":
-        matches = _STRICT.findall(tail)
+        matches = hooks.apply("reward.gsm8k.strict_pattern", _STRICT).findall(tail)
         return matches[-1].replace(",", "").replace("$", "") if matches else None
     for candidate in reversed(_ANY_NUMBER.findall(tail)):
         if candidate not in ("", "."):

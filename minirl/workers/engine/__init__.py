@@ -6,9 +6,11 @@ Mirrors `verl/workers/engine/`. `BaseEngine` is the interface, `EngineRegistry` 
 - `fsdp` / `fsdp2`: the FSDP2 engine (`FSDPEngineWithLMHead` for actor/reference,
   `FSDPEngineWithValueHead` for the critic), every rank one data-parallel shard;
 - `torchtitan`: tensor parallelism (DTensor) x FSDP2 on a 2-D `(dp_shard, tp)` mesh
-  (`TorchTitanEngineWithLMHead`, `TorchTitanEngineWithValueHead`), selected by `model_engine=torchtitan`.
+  (`TorchTitanEngineWithLMHead`, `TorchTitanEngineWithValueHead`), selected by `model_engine=torchtitan`;
+- `megatron`: Megatron's layout, tensor x pipeline x data parallelism with a 1F1B micro-batch schedule,
+  on plain torch (`MegatronEngineWithLMHead`, `MegatronEngineWithValueHead`), selected by `model_engine=megatron`.
 
-verl also has Megatron, VeOmni and Automodel engines behind the same interface.
+verl also has VeOmni and Automodel engines behind the same interface.
 Importing this package registers the engines:
 
 ```python
@@ -19,6 +21,11 @@ engine = EngineRegistry.new("language_model", "torchtitan", model_config, engine
 
 from minirl.workers.engine.base import BaseEngine, EngineRegistry
 from minirl.workers.engine.fsdp_engine import FSDPEngine, FSDPEngineWithLMHead, FSDPEngineWithValueHead
+from minirl.workers.engine.megatron_engine import (
+    MegatronEngine,
+    MegatronEngineWithLMHead,
+    MegatronEngineWithValueHead,
+)
 from minirl.workers.engine.torchtitan_engine import (
     TorchTitanEngine,
     TorchTitanEngineWithLMHead,
@@ -26,4 +33,5 @@ from minirl.workers.engine.torchtitan_engine import (
 )
 
 __all__ = ["BaseEngine", "EngineRegistry", "FSDPEngine", "FSDPEngineWithLMHead", "FSDPEngineWithValueHead",
-           "TorchTitanEngine", "TorchTitanEngineWithLMHead", "TorchTitanEngineWithValueHead"]
+           "MegatronEngine", "MegatronEngineWithLMHead", "MegatronEngineWithValueHead", "TorchTitanEngine",
+           "TorchTitanEngineWithLMHead", "TorchTitanEngineWithValueHead"]

@@ -49,8 +49,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from minirl.config.schema_engine import EngineConfig, EngineModelConfig, OptimConfig
 from minirl.trace.worker_trace import note_micro_batches
-from minirl.utils.config import cfg_get
+from minirl.utils import hooks
+from minirl.utils.config import omega_conf_to_dataclass
 from minirl.utils.torch_functional import (
     calculate_sum_pi_squared_from_logits,
     entropy_from_logits,
@@ -97,41 +99,37 @@ class FSDPEngine(BaseEngine):
 
     def __init__(self, model_config, engine_config, optimizer_config, checkpoint_config=None):
         super().__init__()
-        self.model_config = model_config
-        self.engine_config = engine_config
-        self.optimizer_config = optimizer_config
+        # typed sections, as verl's engines read them: defaults are the schema's, an unknown key is an error
+        self.model_config = omega_conf_to_dataclass(model_config, EngineModelConfig)
+        self.engine_config = omega_conf_to_dataclass(engine_config, EngineConfig)
+        self.optimizer_config = None if optimizer_config is None else omega_conf_to_dataclass(optimizer_config,
+                                                                                               OptimConfig)
         self.checkpoint_config = checkpoint_config
         self.mode = None  # "train" | "eval" | None, set by the mode context managers
 
-        strategy = cfg_get(engine_config, "strategy", "fsdp")
+        strategy = self.engine_config.strategy
         if strategy not in self.STRATEGIES:
             raise ValueError(f"{type(self).__name__} runs strategy {' or '.join(map(repr, self.STRATEGIES))}, "
                              f"got strategy={strategy!r}.")
-        self.forward_only = bool(cfg_get(engine_config, "forward_only", False))
+        self.forward_only = bool(self.engine_config.forward_only)
         # verl: actor.use_prefix_grouper; a KV cache cannot be used with gradient checkpointing
-        self._share_prefix = bool(cfg_get(engine_config, "use_prefix_grouper", False)) and not bool(
-            cfg_get(model_config, "enable_gradient_checkpointing", False))
+        self._share_prefix = bool(self.engine_config.use_prefix_grouper) and not bool(
+            self.model_config.enable_gradient_checkpointing)
 
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size() if distributed else 1
         self.rank = dist.get_rank() if distributed else 0
         self.use_fsdp = self.world_size > 1  # one rank: train the plain module, nothing to shard
 
-        device_name = cfg_get(engine_config, "device", None) or get_device_name()
+        device_name = self.engine_config.device or get_device_name()
         self.device = (
             torch.device("cuda", torch.cuda.current_device())
             if device_name == "cuda"
             else torch.device("cpu")
         )
 
-        mixed_precision = cfg_get(engine_config, "mixed_precision", None)
-        self.param_dtype = to_torch_dtype(
-            cfg_get(mixed_precision, "param_dtype", None) or cfg_get(engine_config, "param_dtype", None),
-            default=torch.float32,  # verl: bf16 unless mixed_precision says otherwise
-        )
-        self.reduce_dtype = to_torch_dtype(
-            cfg_get(mixed_precision, "reduce_dtype", None), default=torch.float32
-        )
+        self.param_dtype = to_torch_dtype(self.engine_config.param_dtype)  # verl: bf16 unless mixed_precision says
+        self.reduce_dtype = torch.float32  # verl: mixed_precision.reduce_dtype (fp32 by default)
 
         self.module: nn.Module | None = None
         self.optimizer: torch.optim.Optimizer | None = None
@@ -141,9 +139,7 @@ class FSDPEngine(BaseEngine):
     # ================================================================== building
     def initialize(self) -> None:
         """Build the module, shard it when `world_size > 1`, then AdamW + LR schedule unless forward-only."""
-        seed = cfg_get(self.engine_config, "seed", None)
-        if seed is not None:
-            torch.manual_seed(int(seed))  # fresh heads (e.g. the critic's value head) start the same
+        torch.manual_seed(int(self.engine_config.seed))  # fresh heads (e.g. the critic's value head) start the same
         module = self._build_module()
         self.module = self._build_fsdp_module(module)
         if not self.forward_only:
@@ -152,10 +148,10 @@ class FSDPEngine(BaseEngine):
 
     def _build_module(self) -> nn.Module:
         """Take `model_config.module`, or load `model_config.path` with the subclass's auto class."""
-        dtype = to_torch_dtype(cfg_get(self.model_config, "dtype", None), default=torch.float32)
-        module = cfg_get(self.model_config, "module", None)
+        dtype = to_torch_dtype(self.model_config.dtype)
+        module = self.model_config.module
         if module is None:
-            path = cfg_get(self.model_config, "path", None) or cfg_get(self.model_config, "local_path", None)
+            path = self.model_config.path
             if path is None:
                 raise ValueError(
                     "model_config needs either .path (a local Hugging Face model directory) or "
@@ -165,7 +161,7 @@ class FSDPEngine(BaseEngine):
                 warnings.simplefilter("ignore")  # "some weights newly initialized" for a value head
                 module = self._load_hf_module(str(path), dtype)
         module.to(dtype=dtype)
-        if cfg_get(self.model_config, "enable_gradient_checkpointing", False):
+        if self.model_config.enable_gradient_checkpointing:
             module.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         return module.to(self.device)
 
@@ -184,7 +180,7 @@ class FSDPEngine(BaseEngine):
         self._sync_module_states(module)
         fsdp_kwargs = {
             "mesh": self.device_mesh,
-            "reshard_after_forward": bool(cfg_get(self.engine_config, "reshard_after_forward", True)),
+            "reshard_after_forward": bool(self.engine_config.reshard_after_forward),
             "mp_policy": MixedPrecisionPolicy(
                 param_dtype=None if self.param_dtype == torch.float32 else self.param_dtype,
                 reduce_dtype=self.reduce_dtype,
@@ -207,28 +203,23 @@ class FSDPEngine(BaseEngine):
     def _build_optimizer(self, module: nn.Module) -> torch.optim.Optimizer:
         """AdamW with verl's defaults (verl: `build_optimizer`, `verl/workers/config/optimizer.py:298`)."""
         optim = self.optimizer_config
-        lr = cfg_get(optim, "lr", None)
-        if lr is None:
-            raise ValueError("optimizer_config.lr is missing: set the learning rate (e.g. optim.lr=1e-6).")
         kwargs = {
-            "lr": float(lr),
-            "weight_decay": float(cfg_get(optim, "weight_decay", 0.01)),
-            "betas": tuple(float(b) for b in cfg_get(optim, "betas", (0.9, 0.999))),
+            "lr": float(optim.lr),
+            "weight_decay": float(optim.weight_decay),
+            "betas": tuple(float(b) for b in optim.betas),
         }
-        kwargs.update(dict(cfg_get(optim, "override_optimizer_config", None) or {}))  # e.g. {"eps": 1e-6}
+        kwargs.update(dict(optim.override_optimizer_config or {}))  # e.g. {"eps": 1e-6}
         return torch.optim.AdamW(module.parameters(), **kwargs)
 
     def _build_lr_scheduler(self, optimizer: torch.optim.Optimizer):
         """Constant or cosine schedule with linear warm-up (verl: `FSDPEngine._build_lr_scheduler`)."""
         optim = self.optimizer_config
-        total_steps = int(cfg_get(optim, "total_training_steps", -1) or -1)
-        num_warmup_steps = cfg_get(optim, "lr_warmup_steps", -1)
-        if num_warmup_steps is None or num_warmup_steps <= 0:  # fall back to a fraction of all steps
-            num_warmup_steps = int(float(cfg_get(optim, "lr_warmup_steps_ratio", 0.0)) * total_steps)
+        total_steps = int(optim.total_training_steps)
+        num_warmup_steps = optim.lr_warmup_steps
+        if num_warmup_steps <= 0:  # fall back to a fraction of all steps
+            num_warmup_steps = int(float(optim.lr_warmup_steps_ratio) * total_steps)
         num_warmup_steps = max(0, int(num_warmup_steps))
-        scheduler_type = cfg_get(optim, "lr_scheduler_type", None) or cfg_get(
-            optim, "warmup_style", "constant"
-        )
+        scheduler_type = optim.lr_scheduler_type
         if scheduler_type == "constant":
             return get_constant_schedule_with_warmup(optimizer, num_warmup_steps)
         if scheduler_type == "cosine":
@@ -236,8 +227,8 @@ class FSDPEngine(BaseEngine):
                 optimizer,
                 num_warmup_steps=num_warmup_steps,
                 num_training_steps=total_steps,
-                min_lr_ratio=cfg_get(optim, "min_lr_ratio", 0.0),
-                num_cycles=float(cfg_get(optim, "num_cycles", 0.5)),
+                min_lr_ratio=optim.min_lr_ratio,
+                num_cycles=float(optim.num_cycles),
             )
         raise ValueError(
             f"optim.lr_scheduler_type={scheduler_type!r} is not supported: use 'constant' or 'cosine'."
@@ -296,7 +287,8 @@ class FSDPEngine(BaseEngine):
             raise ValueError(
                 "forward_backward_batch(forward_only=False) needs a loss_function to backpropagate."
             )
-        micro_batches = prepare_micro_batches(data, data.meta_info.get("micro_batch_size"))
+        prepare = hooks.apply("engine.prepare_micro_batches", prepare_micro_batches)  # minirl.utils.hooks
+        micro_batches = prepare(data, data.meta_info.get("micro_batch_size"))
         self._check_same_micro_batch_count(len(micro_batches))
         global_info = self._global_batch_info(data)
         note_micro_batches(micro_batches, global_info, dp_rank=self.get_data_parallel_rank())
@@ -375,7 +367,8 @@ class FSDPEngine(BaseEngine):
             # common left padding trimmed, LM head on the R + 1 scored positions only, shared prompts run once
             raw_output = model_forward(self.module, batch["input_ids"], batch["attention_mask"], batch["position_ids"],
                                        batch["responses"].shape[-1], share_prefix=self._share_prefix)
-            model_output = self.prepare_model_outputs(raw_output, micro_batch)
+            # the loss function doubles as the logits processor (top-k distillation reads the logits here)
+            model_output = self.prepare_model_outputs(raw_output, micro_batch, logits_processor_func=loss_function)
             if loss_function is not None:
                 loss, metrics = loss_function(model_output, micro_batch)
             else:
@@ -387,7 +380,7 @@ class FSDPEngine(BaseEngine):
         }
         return loss, output
 
-    def prepare_model_outputs(self, raw_output, micro_batch) -> dict[str, torch.Tensor]:
+    def prepare_model_outputs(self, raw_output, micro_batch, logits_processor_func=None) -> dict[str, torch.Tensor]:
         raise NotImplementedError("subclasses turn the raw model output into log_probs or values")
 
     # ================================================================== optimizer
@@ -402,9 +395,7 @@ class FSDPEngine(BaseEngine):
         the returned norm shows it, and `skipped_optimizer_steps` counts it (minirl only: the worker
         reports steps applied and steps skipped, the trainer stops or goes on per `trainer.nonfinite`).
         """
-        max_norm = cfg_get(self.optimizer_config, "clip_grad", None)
-        if max_norm is None:
-            max_norm = cfg_get(self.optimizer_config, "grad_clip", 1.0)  # verl's deprecated name
+        max_norm = self.optimizer_config.clip_grad
         params = [p for p in self.module.parameters() if p.grad is not None]
         # With FSDP2 the grads are DTensor shards and this norm is already global over all ranks.
         grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm=float(max_norm))
@@ -542,10 +533,10 @@ class FSDPEngineWithLMHead(FSDPEngine):
     def _load_hf_module(self, path: str, dtype: torch.dtype) -> nn.Module:
         from transformers import AutoModelForCausalLM
 
-        trust = bool(cfg_get(self.model_config, "trust_remote_code", False))
+        trust = bool(self.model_config.trust_remote_code)
         return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=trust)
 
-    def prepare_model_outputs(self, raw_output, micro_batch) -> dict[str, torch.Tensor]:
+    def prepare_model_outputs(self, raw_output, micro_batch, logits_processor_func=None) -> dict[str, torch.Tensor]:
         responses = micro_batch.batch["responses"]
         temperature = float(micro_batch.meta_info.get("temperature", 1.0))
         if temperature <= 0:
@@ -562,6 +553,10 @@ class FSDPEngineWithLMHead(FSDPEngine):
             # for the optimal-token-baseline estimators; verl computes it here too, from the same
             # temperature-scaled logits (verl/workers/engine/fsdp/transformer_impl.py:1308)
             model_output["sum_pi_squared"] = calculate_sum_pi_squared_from_logits(logits)
+        if micro_batch.meta_info.get("distillation_use_topk", False) and logits_processor_func is not None:
+            # top-k distillation: the loss function, called with the student's logits, returns per-token
+            # tensors that ride along in model_output (verl: `logits_processor_func` in prepare_model_outputs)
+            model_output.update(logits_processor_func(student_logits=logits, data=micro_batch))
         return model_output
 
 
@@ -581,7 +576,7 @@ class FSDPEngineWithValueHead(FSDPEngineWithLMHead):
     def _load_hf_module(self, path: str, dtype: torch.dtype) -> nn.Module:
         from transformers import AutoConfig, AutoModelForTokenClassification
 
-        trust = bool(cfg_get(self.model_config, "trust_remote_code", False))
+        trust = bool(self.model_config.trust_remote_code)
         config = AutoConfig.from_pretrained(path, trust_remote_code=trust)
         config.num_labels = 1
         config.classifier_dropout = 0.0  # a value regression head wants no dropout (verl sets the same)
@@ -589,7 +584,7 @@ class FSDPEngineWithValueHead(FSDPEngineWithLMHead):
             path, config=config, dtype=dtype, trust_remote_code=trust
         )
 
-    def prepare_model_outputs(self, raw_output, micro_batch) -> dict[str, torch.Tensor]:
+    def prepare_model_outputs(self, raw_output, micro_batch, logits_processor_func=None) -> dict[str, torch.Tensor]:
         logits = raw_output.logits
         if logits.shape[-1] != 1:
             raise ValueError(

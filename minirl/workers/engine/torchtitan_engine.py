@@ -37,9 +37,8 @@ What minirl simplifies (verl does instead):
   with torchtitan's `Trainer`, which also shards embeddings and the LM head over TP (vocab-parallel,
   loss parallel) and applies sequence parallelism to the norms;
 - no pipeline (`pipeline_parallel_size`), context (`context_parallel_size`), expert parallelism or
-  HSDP replicas (`data_parallel_replicate_size`): each must stay 1. `torch.distributed.pipelining`
-  does run on CPU with gloo (a two-stage `ScheduleGPipe` was measured here), but splitting the HF
-  model into stages is left to chapter 07's paper comparison with Megatron;
+  HSDP replicas (`data_parallel_replicate_size`): each must stay 1. Pipeline stages with a 1F1B
+  schedule are in the Megatron-layout engine (`megatron_engine.py`, `model_engine=megatron`);
 - no torch.compile, activation checkpointing or offload; fp32 by default (verl: bfloat16);
 - a value-head variant (`TorchTitanEngineWithValueHead`) for the critic; verl registers only the
   LM head at the pin.
@@ -54,7 +53,6 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from minirl.utils.config import cfg_get
 from minirl.workers.engine.base import EngineRegistry
 from minirl.workers.engine.fsdp_engine import FSDPEngine, FSDPEngineWithLMHead, FSDPEngineWithValueHead
 
@@ -127,11 +125,11 @@ class TorchTitanEngine(FSDPEngine):
     def __init__(self, model_config, engine_config, optimizer_config, checkpoint_config=None):
         super().__init__(model_config, engine_config, optimizer_config, checkpoint_config)
         for key in UNSUPPORTED_SIZES:
-            if int(cfg_get(engine_config, key, 1)) != 1:
-                raise ValueError(f"torchtitan.{key}={cfg_get(engine_config, key, 1)}: minirl's torchtitan engine "
+            if int(getattr(self.engine_config, key)) != 1:
+                raise ValueError(f"torchtitan.{key}={getattr(self.engine_config, key)}: minirl's torchtitan engine "
                                  "runs dp_shard x tp only. Fix: leave it at 1.")
-        self.tp_size = int(cfg_get(engine_config, "tensor_parallel_size", 1))
-        shard = int(cfg_get(engine_config, "data_parallel_shard_size", -1))
+        self.tp_size = int(self.engine_config.tensor_parallel_size)
+        shard = int(self.engine_config.data_parallel_shard_size)
         if self.tp_size < 1 or self.world_size % self.tp_size:
             raise ValueError(f"torchtitan.tensor_parallel_size={self.tp_size} must divide the {self.world_size} "
                              "ranks (trainer.nnodes * trainer.n_gpus_per_node). Fix: a divisor of the rank count.")
@@ -161,7 +159,7 @@ class TorchTitanEngine(FSDPEngine):
             for layer in layers:
                 parallelize_module(layer, self.device_mesh["tp"], tensor_parallel_plan(layer))
         if self.use_fsdp:
-            reshard = cfg_get(self.engine_config, "reshard_after_forward", "default")
+            reshard = self.engine_config.reshard_after_forward
             kwargs = {"mesh": self.device_mesh["dp_shard"],
                       "reshard_after_forward": reshard not in ("never", False),
                       "mp_policy": MixedPrecisionPolicy(
@@ -226,9 +224,7 @@ class TorchTitanEngine(FSDPEngine):
 
     def optimizer_step(self) -> float:
         """Clip by the global grad norm (`global_grad_norm`), step AdamW; skip a non-finite step."""
-        max_norm = cfg_get(self.optimizer_config, "clip_grad", None)
-        if max_norm is None:
-            max_norm = cfg_get(self.optimizer_config, "grad_clip", 1.0)
+        max_norm = self.optimizer_config.clip_grad
         params = [p for p in self.module.parameters() if p.grad is not None]
         grad_norm = global_grad_norm(params)
         if not torch.isfinite(grad_norm):

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import torch
 
-from minirl.config.validate import ConfigError
+from minirl.config.errors import ConfigError
 from minirl.protocol import DataProto
 from minirl.utils.config import cfg_get
 from minirl.workers.reward.scoring import (
@@ -47,14 +47,16 @@ from minirl.workers.reward.scoring import (
     run_score_fn,
 )
 
-_REGISTRY: dict[str, type] = {}
+REWARD_MANAGER_REGISTRY: dict[str, type] = {}
+"""name -> reward manager class (verl: `REWARD_MANAGER` in the reward loop's registry, `REWARD_MANAGER_REGISTRY` in the
+legacy `verl/workers/reward_manager/registry.py`)."""
 
 
 def register(name: str):
     """Register a reward manager class by name (verl: `register`, `verl/experimental/reward_loop/reward_manager/registry.py:24`)."""
 
     def deco(cls):
-        _REGISTRY[name] = cls
+        REWARD_MANAGER_REGISTRY[name] = cls
         return cls
 
     return deco
@@ -62,10 +64,10 @@ def register(name: str):
 
 def get_reward_manager_cls(name: str):
     """verl: `get_reward_manager_cls` (`verl/experimental/reward_loop/reward_manager/registry.py:41`)."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown reward manager {name!r}; registered: {sorted(_REGISTRY)}. "
+    if name not in REWARD_MANAGER_REGISTRY:
+        raise ValueError(f"unknown reward manager {name!r}; registered: {sorted(REWARD_MANAGER_REGISTRY)}. "
                          "Set reward.reward_manager.name to one of them.")
-    return _REGISTRY[name]
+    return REWARD_MANAGER_REGISTRY[name]
 
 
 def default_compute_score(*args, **kwargs):
@@ -73,6 +75,9 @@ def default_compute_score(*args, **kwargs):
     from minirl.utils.reward_score import default_compute_score as fn
 
     return fn(*args, **kwargs)
+
+
+default_compute_score.minirl_inline = True  # as the scorer it forwards to: on the loop, no thread per session
 
 
 def _accepts(fn: Callable, name: str) -> bool:

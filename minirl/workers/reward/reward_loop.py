@@ -20,15 +20,18 @@ So by default (a rule or a custom function) the trainer never runs a reward stag
 out of the TransferQueue with the trajectories. `collect_reward_info` then turns each session's
 `reward_extra_info` into `non_tensor_batch` columns and reward metrics, for either path.
 
-minirl simplifications: workers are objects in the trainer process (verl: Ray actors spread over the
-nodes) sharing one `FailureLog`; the workers' score calls run as daemon threads (see
-`minirl.workers.reward.scoring`); the reward-model server is one local process.
+minirl simplifications: workers are objects (verl: Ray actors spread over the nodes): in the trainer process,
+sharing one `FailureLog`, and, when the agent loop runs in worker processes of its own
+(`rollout.agent.placement`), one in each agent-loop worker, scoring that worker's sessions; a user's score function runs in a daemon thread per call and minirl's own
+rule scorers inline on the event loop (see `minirl.workers.reward.scoring`; verl calls every synchronous
+score function through `loop.run_in_executor`); the reward-model server is one local process.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import threading
 import time
 
@@ -38,11 +41,12 @@ from tqdm.auto import tqdm
 from minirl.protocol import DataProto
 from minirl.utils.config import cfg_get
 from minirl.utils.py_functional import run_coroutine
-from minirl.workers.reward.loading import custom_reward_path, load_reward_manager
+from minirl.workers.reward.loading import RewardFunctionError, custom_reward_path, load_reward_manager
 from minirl.workers.reward.reward_model import (
     RewardModelManager,
     RewardModelServerError,
     post_request,
+    register_token,
     rm_input_text,
 )
 from minirl.workers.reward.scoring import BadRewardOutput, FailureLog, in_daemon_thread
@@ -63,15 +67,20 @@ class RewardLoopWorker:
         reward_model_tokenizer: the reward model's tokenizer (its chat template).
         failures: the run's `FailureLog`.
         server: the `RewardModelManager`, to tell a dead server from a slow one.
+        reward_model_token: the server's token, where `server` is in another process (an agent-loop worker's
+            reward-loop worker; the controller's manager started the server).
     """
 
     def __init__(self, config, tokenizer, reward_router_address=None, reward_model_tokenizer=None,
-                 failures: FailureLog | None = None, server: RewardModelManager | None = None):
+                 failures: FailureLog | None = None, server: RewardModelManager | None = None,
+                 reward_model_token: str | None = None):
         self.config = config
         self.input_tokenizer = tokenizer
         self.reward_router_address = reward_router_address
         self.reward_model_tokenizer = reward_model_tokenizer
         self.server = server
+        self.reward_model_token = reward_model_token or getattr(server, "token", None)
+        register_token(reward_router_address, self.reward_model_token)  # a custom function's post_request too
         self.reward_manager = load_reward_manager(config, tokenizer, reward_router_address=reward_router_address,
                                                   reward_model_tokenizer=reward_model_tokenizer)
         self.reward_manager.failures = failures or FailureLog()
@@ -102,9 +111,11 @@ class RewardLoopWorker:
         text = rm_input_text(self.reward_model_tokenizer, raw_prompt, sample["solution_str"])
         payload = {"model": self.config.reward.reward_model.model_path, "input": text}
         timeout = manager.timeout
+        token = self.reward_model_token  # the server refuses a request without it
+
         def post():
             with self._request_slots:  # at most MAX_CONCURRENT_REQUESTS in flight per worker
-                return post_request(self.reward_router_address, "classify", payload, timeout)
+                return post_request(self.reward_router_address, "classify", payload, timeout, token=token)
 
         try:
             output = await in_daemon_thread(post)
@@ -206,6 +217,38 @@ class RewardLoopManager:
         if "rm_scores" not in data.batch.keys():  # noqa: SIM118 (a TensorDict refuses `in`)
             data.union(self.compute_rm_score(data))
         return collect_reward_info(data)
+
+    def check_failures(self, metrics: dict, samples: int, what: str, stop: bool = True) -> None:
+        """After a step (or validation): say how many of its `samples` failed their reward, and the first one;
+        raise `RewardFunctionError` (one line) when every one of them failed and `stop` is set.
+
+        A step whose every sample scored 0 because its reward failed would train on nothing: GRPO's
+        advantages are all 0 and the run would end "successfully" having learnt nothing. verl at the pin
+        does not stop either: with its default `naive` manager an exception fails the session and the
+        sync `ReplayBuffer.sample` (`verl/trainer/ppo/v1/replay_buffer.py:405`) raises only when no selected
+        group has a trajectory left; its `rate_limited` manager scores errors 0 and goes on.
+        """
+        failed = int(metrics.get("reward/failures", 0))
+        first = self.failures.take_window() or "(no message was recorded)"
+        if failed <= 0:
+            return
+        if failed >= samples and stop:
+            raise RewardFunctionError(f"{what}: every sample ({failed} of {samples}) failed its reward, so the step "
+                                      f"would train on nothing; the first: {first}. Fix: {self._failure_fix()}")
+        print(f"minirl reward: {what}: {failed} of {samples} samples failed their reward and were scored 0 (metric "
+              f"reward/failures); the first: {first}", file=sys.stderr, flush=True)
+
+    def _failure_fix(self) -> str:
+        reward = self.config.reward
+        if custom_reward_path(self.config) is not None:
+            return ("make reward.custom_reward_function.path's function return a finite number or a dict with a "
+                    "finite 'score' for these samples (call it by hand on the sample named above), or remove the key "
+                    "to score with the task's rule.")
+        if reward.reward_model.enable:
+            return ("make the reward model answer (reward.reward_model.model_path: a directory `minirl train-rm` "
+                    "wrote; a longer reward.timeout if it is slow), or reward.reward_model.enable=False.")
+        return (f"give rows a {cfg_get(self.config.data, 'reward_fn_key', 'data_source')} with a built-in rule (minirl/utils/reward_score), or a "
+                "reward function: reward.custom_reward_function.path=<file.py>.")
 
     def shutdown(self) -> None:
         """Stop the reward-model server, if one runs."""

@@ -12,7 +12,10 @@ on a 4xx). minirl does the same on one machine:
   the manager is garbage-collected, and the server itself exits when its parent process dies.
 - `post_request` is the client: JSON over HTTP with a per-request timeout (`reward.timeout`) and
   `MAX_RETRIES` tries with backoff on connection errors, timeouts and 5xx answers (a 4xx is the
-  request's fault: no retry). It is synchronous; the reward loop runs it in a daemon thread.
+  request's fault: no retry). It is synchronous; the reward loop runs it in a daemon thread. It sends
+  the server's token (`Authorization: Bearer ...`, which the server requires, see `rm_server`): the
+  manager registers each server's token under its address, so a custom reward function that is given
+  `reward_router_address` can call `post_request(reward_router_address, "classify", ...)` as is.
 - `rm_input_text` is what the model reads: the chat (`raw_prompt` + the response as the assistant's
   turn) through the reward model's chat template, as `RewardLoopWorker._preprocess_reward_inputs`
   (`verl/experimental/reward_loop/reward_loop.py:197`) builds it. `minirl train-rm` trains on the same text.
@@ -35,7 +38,11 @@ import urllib.error
 import urllib.request
 import weakref
 
-__all__ = ["MAX_RETRIES", "RewardModelManager", "RewardModelServerError", "post_request", "rm_input_text"]
+__all__ = ["MAX_RETRIES", "RewardModelManager", "RewardModelServerError", "post_request", "register_token",
+           "rm_input_text"]
+
+_TOKENS: dict[str, str] = {}
+"""`host:port` -> the token of the reward-model server there (filled by `RewardModelManager`)."""
 
 MAX_RETRIES = 5
 """Tries per request (verl: 16, with backoff up to 30 s; minirl's server is local, so a few short tries)."""
@@ -58,17 +65,30 @@ def rm_input_text(tokenizer, raw_prompt, response: str) -> str:
     return text[len(bos):] if bos and text.startswith(bos) else text
 
 
-def post_request(address: str, endpoint: str, payload: dict, timeout: float, max_retries: int = MAX_RETRIES) -> dict:
+def register_token(address: str, token: str | None) -> None:
+    """Remember the token of the reward-model server at `address` in this process (an agent-loop worker process
+    gets it from the controller, whose `RewardModelManager` started the server), so `post_request` sends it."""
+    if address and token:
+        _TOKENS[str(address)] = str(token)
+
+
+def post_request(address: str, endpoint: str, payload: dict, timeout: float, max_retries: int = MAX_RETRIES,
+                 token: str | None = None) -> dict:
     """POST `payload` as JSON to `http://{address}/{endpoint}`; the decoded JSON answer.
 
-    Retries (backoff 0.1 s, 0.2 s, ... up to 2 s) on refused connections, timeouts and 5xx answers;
-    raises `urllib.error.HTTPError` at once on a 4xx and the last error after `max_retries` tries.
+    `token`: the server's token (default: the one registered for `address` by the `RewardModelManager`
+    that started it). Retries (backoff 0.1 s, 0.2 s, ... up to 2 s) on refused connections, timeouts and
+    5xx answers; raises `urllib.error.HTTPError` at once on a 4xx and the last error after `max_retries` tries.
     """
     url = f"http://{address}/{endpoint.lstrip('/')}"
     data = json.dumps(payload).encode()
+    headers = {"Content-Type": "application/json"}
+    token = token or _TOKENS.get(address)
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
     last: Exception | None = None
     for attempt in range(max_retries):
-        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(url, data=data, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=timeout) as resp:
                 return json.loads(resp.read())
@@ -120,6 +140,8 @@ class RewardModelManager:
         self.model_path = os.path.abspath(os.path.expanduser(str(config.model_path)))
         self.process: subprocess.Popen | None = None
         self.port: int | None = None
+        self.token: str | None = None
+        """The server's token: requests carry it as `Authorization: Bearer <token>`."""
         _check_classifier(self.model_path)
         self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (the server's stderr, for as long as it runs)
         self._start()
@@ -139,13 +161,15 @@ class RewardModelManager:
                 line = self.process.stdout.readline()
                 break
         try:
-            self.port = int(json.loads(line)["port"])
+            ready = json.loads(line)
+            self.port, self.token = int(ready["port"]), str(ready["token"])
         except (ValueError, KeyError, TypeError):
             self.shutdown()
             raise RewardModelServerError(f"the reward model server for reward.reward_model.model_path="
                                          f"{self.model_path} did not start: {self.last_error() or 'no output'}. "
                                          "Fix: give the directory `minirl train-rm` wrote (an "
                                          "AutoModelForSequenceClassification with its tokenizer).") from None
+        _TOKENS[self.get_router_address()] = self.token
 
     def get_router_address(self) -> str:
         """`127.0.0.1:<port>` (verl: the router's address, `RewardModelManager.get_router_address`)."""
@@ -178,3 +202,4 @@ class RewardModelManager:
             self._finalizer()
             atexit.unregister(self._finalizer)
             self.process = None
+            _TOKENS.pop(self.get_router_address(), None)

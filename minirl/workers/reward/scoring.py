@@ -15,8 +15,10 @@ three pieces every reward manager uses:
   naming what was wrong. Only finite numbers pass.
 - `FailureLog`: a failed sample is scored 0 (verl's `RateLimitedRewardManager.run_single`,
   `verl/experimental/reward_loop/reward_manager/limited.py:398`, does the same for exceptions and
-  timeouts), counted, and the run's first failure is printed once, with the sample, its
-  data_source and the function's `file:line`.
+  timeouts) and counted; the first failure is printed once, with the sample, its data_source and the
+  function's `file:line`. In a training run the trainer prints instead, after every step with
+  failures, how many of its samples failed and the first one, and stops the run when all of them
+  did (`RewardLoopManager.check_failures`).
 
 verl runs sync score functions with `loop.run_in_executor(None, ...)` in each `RewardLoopWorker`
 (`NaiveRewardManager.run_single`, `verl/experimental/reward_loop/reward_manager/naive.py:34`), with
@@ -187,25 +189,49 @@ def parse_score(result: Any) -> tuple[float, dict]:
 
 
 class FailureLog:
-    """Counts the samples whose reward failed; prints the run's first failure (and first slow call) once.
+    """Counts the samples whose reward failed; prints the first failure once (unless `quiet`).
 
-    One per `RewardLoopManager`; every reward manager of its workers reports here.
+    One per `RewardLoopManager`; every reward manager of its workers reports here. `take_window()`
+    hands over the first failure reported since its last call (the trainer asks once per step). An agent-loop
+    worker process keeps a quiet log of its own; its count and first failure come back with each of its
+    reports and are `merge`d into the controller's (verl: each reward actor logs for itself).
     """
 
     _slow_noticed = False
 
-    def __init__(self, stream=None):
+    def __init__(self, stream=None, quiet: bool = False):
         self.count = 0
         self.first: str | None = None
+        self.quiet = quiet
+        """True in a training run: the trainer prints a summary per step instead (`check_failures`)."""
+        self._window: str | None = None
         self._stream = stream
 
     def report(self, message: str) -> None:
-        """Count one failed sample; print `message` if it is the first of the run."""
+        """Count one failed sample; print `message` if it is the first of the run (and not `quiet`)."""
         self.count += 1
+        if self._window is None:
+            self._window = message
         if self.first is None:
             self.first = message
-            print(f"minirl reward: {message}; the sample is scored 0 (later failures are only counted, in the "
-                  "metric reward/failures)", file=self._stream or sys.stderr, flush=True)
+            if not self.quiet:
+                print(f"minirl reward: {message}; the sample is scored 0 (later failures are only counted, in the "
+                      "metric reward/failures)", file=self._stream or sys.stderr, flush=True)
+
+    def merge(self, count: int, first: str | None) -> None:
+        """Add `count` failures counted in another process (an agent-loop worker's own, quiet, log), the first
+        of them `first`: the window and the once-per-run print then behave as if they had been reported here."""
+        if count <= 0 and first is None:
+            return
+        if first is not None:
+            self.report(first)
+            count -= 1
+        self.count += max(0, count)
+
+    def take_window(self) -> str | None:
+        """The first failure reported since the last call (None if none), and start a new window."""
+        message, self._window = self._window, None
+        return message
 
     @classmethod
     def notice_slow(cls, fn: Callable, what: str, timeout: float) -> None:

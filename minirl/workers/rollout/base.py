@@ -40,6 +40,7 @@ from typing import Any, Literal
 
 import torch
 
+from minirl.config.schema import ROLLOUT_DEFAULTS
 from minirl.utils.config import cfg_get
 
 __all__ = [
@@ -85,6 +86,13 @@ class SamplingParams:
     """Extra token ids that end a response, on top of the tokenizer's EOS (e.g. `<|im_end|>`)."""
     ignore_eos: bool = False
     """True: the EOS token does not stop generation (explicit `stop_token_ids` still do, as in vLLM)."""
+    prompt_logprobs: int | None = None
+    """Also score the *prompt*: for every prompt token after the first, its log-prob given the tokens
+    before it (0), or the `k` most likely tokens there with their log-probs (`k > 0`). Returned in
+    `TokenOutput.extra_fields["prompt_ids"]` / `["prompt_logprobs"]`, one row per prompt position,
+    shifted like a model's outputs (row `i` scores token `i + 1`; the last row is a zero pad), as
+    verl's `extract_prompt_logprobs` lays out vLLM's `prompt_logprobs`. None: off. The on-policy
+    distillation teacher is asked this way (`minirl.teacher_loop`)."""
 
     def __post_init__(self) -> None:
         self.validate()
@@ -111,6 +119,12 @@ class SamplingParams:
             raise ValueError(
                 f"SamplingParams.top_p must be in (0, 1], got {self.top_p}; use 1.0 to turn it off."
             )
+        if self.prompt_logprobs is not None and (int(self.prompt_logprobs) != self.prompt_logprobs
+                                                 or self.prompt_logprobs < 0):
+            raise ValueError(
+                f"SamplingParams.prompt_logprobs must be None or an integer >= 0, got {self.prompt_logprobs!r}: "
+                "0 scores each prompt token, k > 0 returns the top k tokens at each position."
+            )
         if int(self.top_k) != self.top_k or self.top_k < -1:
             raise ValueError(
                 f"SamplingParams.top_k must be an integer >= -1, got {self.top_k}; use -1 to turn it off."
@@ -132,12 +146,12 @@ class SamplingParams:
                 "validate=True needs actor_rollout_ref.rollout.val_kwargs in the config; none was found."
             )
         return cls(
-            temperature=float(cfg_get(source, "temperature", 1.0)),
-            top_p=float(cfg_get(source, "top_p", 1.0)),
-            top_k=int(cfg_get(source, "top_k", -1)),
-            do_sample=bool(cfg_get(source, "do_sample", True)),
-            max_tokens=int(cfg_get(config, "response_length", 512)),
-            logprobs=bool(cfg_get(config, "calculate_log_probs", True)),
+            temperature=float(cfg_get(source, "temperature", ROLLOUT_DEFAULTS.temperature)),
+            top_p=float(cfg_get(source, "top_p", ROLLOUT_DEFAULTS.top_p)),
+            top_k=int(cfg_get(source, "top_k", ROLLOUT_DEFAULTS.top_k)),
+            do_sample=bool(cfg_get(source, "do_sample", ROLLOUT_DEFAULTS.do_sample)),
+            max_tokens=int(cfg_get(config, "response_length", ROLLOUT_DEFAULTS.response_length)),
+            logprobs=bool(cfg_get(config, "calculate_log_probs", ROLLOUT_DEFAULTS.calculate_log_probs)),
             ignore_eos=bool(cfg_get(config, "ignore_eos", False)),
         )
 
@@ -203,6 +217,30 @@ class BaseRollout(ABC):
 
         Returns one `TokenOutput` per prompt, in the same order, tagged with `policy_version`.
         """
+
+    def _check_prompts(self, prompts: Any) -> list[list[int]]:
+        """The prompts of a `generate` call as lists of ints, or one error that says which prompt is wrong.
+
+        Every backend calls it first. Needs `self.max_model_len` and `self.vocab_size` (None: unknown,
+        the id range is not checked), which each backend sets from its model.
+        """
+        if not isinstance(prompts, (list, tuple)) or any(isinstance(p, int) for p in prompts):
+            raise TypeError(f"{type(self).__name__}.generate expects a list of prompts, each a list of token ids; "
+                            "wrap a single prompt as [prompt_ids].")
+        checked = [[int(t) for t in p] for p in prompts]
+        for i, prompt in enumerate(checked):
+            if not prompt:
+                raise ValueError(f"prompt {i} is empty; every request needs at least one token "
+                                 "(e.g. a BOS or chat template).")
+            if len(prompt) >= self.max_model_len:
+                raise ValueError(f"prompt {i} has {len(prompt)} tokens, leaving no room to generate within max_model_len="
+                                 f"{self.max_model_len}; shorten it (data.max_prompt_length) or raise "
+                                 "actor_rollout_ref.rollout.max_model_len.")
+            low, high = min(prompt), max(prompt)
+            if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):
+                raise ValueError(f"prompt {i} has token ids in [{low}, {high}] but the model's vocabulary is "
+                                 f"[0, {self.vocab_size}); was it tokenized with another tokenizer?")
+        return checked
 
     @abstractmethod
     def update_weights(self, weights: Iterable[tuple[str, torch.Tensor]], version: int) -> None:

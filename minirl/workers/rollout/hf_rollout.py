@@ -45,6 +45,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from minirl.config.schema import ROLLOUT_DEFAULTS
 from minirl.utils.config import cfg_get
 from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput, register_rollout
 
@@ -167,8 +168,8 @@ class HFRollout(BaseRollout):
     def __init__(self, config: Any, model_path_or_module: Any, device: str | torch.device = "cpu") -> None:
         super().__init__(config, model_path_or_module, device)
         self.module = _load_model(model_path_or_module, self.device, self._compute_dtype())
-        self.max_num_seqs = int(cfg_get(self.config, "max_num_seqs", 256))
-        self.prefix_caching = bool(cfg_get(self.config, "enable_prefix_caching", True))
+        self.max_num_seqs = int(cfg_get(self.config, "max_num_seqs", ROLLOUT_DEFAULTS.max_num_seqs))
+        self.prefix_caching = bool(cfg_get(self.config, "enable_prefix_caching", ROLLOUT_DEFAULTS.enable_prefix_caching))
         self.max_model_len = int(
             cfg_get(self.config, "max_model_len")
             or getattr(self.module.config, "max_position_embeddings", 10**9)
@@ -189,7 +190,7 @@ class HFRollout(BaseRollout):
         if self.device.type == "cpu":
             # bf16 matmuls on CPU are slow and would make log-probs drift from the actor's
             return torch.float32
-        name = str(cfg_get(self.config, "dtype", "float32"))
+        name = str(cfg_get(self.config, "dtype", ROLLOUT_DEFAULTS.dtype))
         if name not in _DTYPES:
             raise ValueError(f"rollout.dtype={name!r} is not supported; use one of {sorted(_DTYPES)}.")
         return _DTYPES[name]
@@ -219,32 +220,6 @@ class HFRollout(BaseRollout):
             outputs.extend(self._generate_batch(chunk, sampling_params, generator))
         return outputs
 
-    def _check_prompts(self, prompts: Any) -> list[list[int]]:
-        if not isinstance(prompts, (list, tuple)) or any(isinstance(p, int) for p in prompts):
-            raise TypeError(
-                "HFRollout.generate expects a list of prompts, each a list of token ids; "
-                "wrap a single prompt as [prompt_ids]."
-            )
-        checked = [[int(t) for t in p] for p in prompts]
-        for i, prompt in enumerate(checked):
-            if not prompt:
-                raise ValueError(
-                    f"prompt {i} is empty; every request needs at least one token "
-                    "(e.g. a BOS or chat template)."
-                )
-            if len(prompt) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {i} has {len(prompt)} tokens, leaving no room to generate within max_model_len="
-                    f"{self.max_model_len}; shorten it (data.max_prompt_length) "
-                    "or raise rollout.max_model_len."
-                )
-            low, high = min(prompt), max(prompt)
-            if low < 0 or high >= self.vocab_size:
-                raise ValueError(
-                    f"prompt {i} has token ids in [{low}, {high}] but the model's vocabulary is "
-                    f"[0, {self.vocab_size}); was it tokenized with another tokenizer?"
-                )
-        return checked
 
     def _forward(self, input_ids, attention_mask, cache):
         """One model call; returns (last-position logits, cache). `cache=None` starts one (prefill)."""
@@ -275,7 +250,11 @@ class HFRollout(BaseRollout):
         )
         stop_ids = torch.tensor(self._stop_ids(params), dtype=torch.long, device=self.device)
 
-        logits, cache = self._prefill(prompts, input_ids, attention_mask)
+        scored = None
+        if params.prompt_logprobs is not None:  # the whole prompt scored in the same prefill (an OPD teacher)
+            logits, cache, scored = self._prefill_scored(prompts, input_ids, attention_mask, int(params.prompt_logprobs))
+        else:
+            logits, cache = self._prefill(prompts, input_ids, attention_mask)
         finished = torch.zeros(batch, dtype=torch.bool, device=self.device)
         hit_stop = torch.zeros_like(finished)
         lengths = torch.zeros(batch, dtype=torch.long, device=self.device)
@@ -294,7 +273,42 @@ class HFRollout(BaseRollout):
                 break
             attention_mask = torch.cat([attention_mask, attention_mask.new_ones(batch, 1)], dim=-1)
             logits, cache = self._forward(tokens[:, None], attention_mask, cache)
-        return self._to_outputs(step_tokens, step_log_probs, lengths, hit_stop, finished, params)
+        outputs = self._to_outputs(step_tokens, step_log_probs, lengths, hit_stop, finished, params)
+        for out, (ids, lps) in zip(outputs, scored or []):
+            out.extra_fields.update(prompt_ids=ids, prompt_logprobs=lps)
+        return outputs
+
+    def _prefill_scored(self, prompts: list[list[int]], input_ids, attention_mask, k: int):
+        """Prefill with the logits of EVERY position kept, to score the prompts (`SamplingParams.prompt_logprobs`).
+
+        Row `i` of a prompt's result scores its token `i + 1` from the untempered `log_softmax` of the
+        logits at position `i`: the token itself (`k = 0`) or the `k` most likely tokens, most likely
+        first; a zero row pads the end, so there is one row per prompt token. That is verl's layout of
+        vLLM's `prompt_logprobs` (`extract_prompt_logprobs`, `verl/workers/rollout/vllm_rollout/utils.py:494`),
+        except that vLLM adds the actual token's log-prob when it is not among the top k (verl drops it).
+        Returns (last-position logits, KV cache, [(ids, log-probs) per prompt, as lists of lists]).
+        """
+        if k > self.vocab_size:
+            raise ValueError(f"prompt_logprobs={k} asks for more tokens than the vocabulary has ({self.vocab_size}); "
+                             "lower distillation.distillation_loss.topk.")
+        kwargs = {"use_cache": True, "position_ids": position_ids_from_mask(attention_mask)}
+        out = self.module(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
+        cache = out.get("cache", None)
+        if cache is None:
+            cache = out.get("past_key_values", None)
+        log_probs = F.log_softmax(out.logits.float(), dim=-1)
+        width, rows = input_ids.shape[1], []
+        for row, prompt in enumerate(prompts):
+            start = width - len(prompt)
+            lp = log_probs[row, start:width - 1]  # position j predicts token j + 1
+            if k == 0:
+                ids = input_ids[row, start + 1:width, None]
+                vals = lp.gather(-1, ids)
+            else:
+                vals, ids = torch.topk(lp, k, dim=-1)
+            pad = max(k, 1)
+            rows.append((ids.tolist() + [[0] * pad], vals.tolist() + [[0.0] * pad]))
+        return out.logits[:, -1, :], cache, rows
 
     def _prefill(self, prompts: list[list[int]], input_ids, attention_mask):
         """Prefill: last-position logits and KV cache of every row, each distinct prompt computed once."""

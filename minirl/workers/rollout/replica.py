@@ -12,8 +12,11 @@ where the world size is `rollout.nnodes * rollout.n_gpus_per_node` for *standalo
 
 minirl's two placements:
 
-- `rollout.nnodes = 0` (default): one `LocalReplica` in the controller process, the one-process
-  debug mode (verl: hybrid replicas, one per `TP * DP * PP` training ranks, inside the workers).
+- `rollout.nnodes = 0` (default): one `LocalReplica` in the controller process (verl: hybrid replicas,
+  one per `TP * DP * PP` training ranks, inside the training workers). When the agent loop runs in
+  worker processes (`rollout.agent.placement`), the engine is served to them on 127.0.0.1 by a
+  `LocalRolloutServer` and its replica is a `ServedLocalReplica`; with the agent loop in the controller,
+  colocate_async uses `PausableLocalReplica`. Both pause generation for real on `abort_all_requests`.
 - `rollout.nnodes = 1`: `replicas` server processes on this machine (`RolloutReplica`), each running
   `minirl.workers.rollout.server` on 127.0.0.1; on CPU a "GPU" of `n_gpus_per_node` is one process.
 
@@ -24,7 +27,8 @@ Mirrors verl's `RolloutReplica` (`verl/workers/rollout/replica.py:70`): `init_st
 simplifies: a replica is one process (verl: one server per node of the replica, each driving `TP`
 GPU workers), started with `subprocess` rather than as a Ray actor; servers run on this machine only.
 
-This module imports no torch at import time, so the config check (`rollout_server_problems`) stays fast.
+The count itself (`num_replicas`, `rollout_world_size`, `uses_servers`) is computed from the config
+alone, in `minirl.config.derived`; the config check of the placement is in `minirl.config.values`.
 """
 
 from __future__ import annotations
@@ -37,94 +41,11 @@ import secrets
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
-from minirl.utils.config import cfg_get
-
-__all__ = ["LocalReplica", "RolloutReplica", "num_replicas", "rollout_server_problems", "rollout_world_size",
-           "uses_servers"]
-
-STREAMING_BACKENDS = ("nccl",)
-"""Checkpoint-engine backends that reach rollout servers in other processes."""
-
-
-# ------------------------------------------------------------------------------------ the count
-
-
-def rollout_world_size(rollout) -> int:
-    """Devices per replica: `tensor_model_parallel_size * data_parallel_size * pipeline_model_parallel_size`."""
-    return (int(cfg_get(rollout, "tensor_model_parallel_size", 1)) * int(cfg_get(rollout, "data_parallel_size", 1))
-            * int(cfg_get(rollout, "pipeline_model_parallel_size", 1)))
-
-
-def uses_servers(rollout) -> bool:
-    """True for standalone rollout servers (`rollout.nnodes >= 1`), False for the in-controller replica."""
-    return int(cfg_get(rollout, "nnodes", 0) or 0) > 0
-
-
-def num_replicas(rollout, trainer_world_size: int = 1) -> int:
-    """verl's replica count: standalone `nnodes * n_gpus_per_node // world`, hybrid `trainer ranks // world`.
-
-    minirl builds one in-controller replica in the hybrid case whatever this returns.
-    """
-    world = rollout_world_size(rollout)
-    if uses_servers(rollout):
-        devices = int(cfg_get(rollout, "nnodes", 0)) * int(cfg_get(rollout, "n_gpus_per_node", 1))
-    else:
-        devices = int(trainer_world_size)
-    return devices // world
-
-
-def rollout_server_problems(cfg) -> list[str]:
-    """Config problems of the rollout placement and the checkpoint engine, one line each."""
-    r = cfg.actor_rollout_ref.rollout
-    key, ce = "actor_rollout_ref.rollout", r.checkpoint_engine
-    p: list[str] = []
-    nnodes, gpus = int(r.nnodes), int(r.n_gpus_per_node)
-    for name in ("data_parallel_size", "pipeline_model_parallel_size"):
-        if int(r[name]) != 1:
-            p.append(f"{key}.{name}={r[name]}: minirl's replica is one engine process, so only 1 is implemented "
-                     f"(verl runs vLLM/SGLang with that many {name.split('_')[0]} ranks per replica). "
-                     f"Fix: {key}.{name}=1.")
-    if r.name == "hf" and int(r.tensor_model_parallel_size) != 1:
-        p.append(f"{key}.tensor_model_parallel_size={r.tensor_model_parallel_size}: the hf rollout has no tensor "
-                 f"parallelism. Fix: {key}.tensor_model_parallel_size=1 (or rollout.name=vllm on GPUs).")
-    if nnodes < 0:
-        p.append(f"{key}.nnodes={nnodes} must be >= 0 (0: the rollout lives with the trainer). Fix: {key}.nnodes=0.")
-    elif nnodes > 1:
-        p.append(f"{key}.nnodes={nnodes}: minirl starts rollout servers on this machine only. "
-                 f"Fix: {key}.nnodes=1 and {key}.n_gpus_per_node=<servers>.")
-    elif nnodes == 1:
-        if gpus < 1:
-            p.append(f"{key}.n_gpus_per_node={gpus} must be >= 1 with nnodes=1 (devices, on CPU server processes). "
-                     f"Fix: {key}.n_gpus_per_node=2.")
-        elif num_replicas(r) < 1:
-            p.append(f"{key}.nnodes * n_gpus_per_node = {nnodes * gpus} devices cannot hold one replica of "
-                     f"tensor * data * pipeline parallel = {rollout_world_size(r)} devices. "
-                     f"Fix: raise {key}.n_gpus_per_node or lower the parallel sizes.")
-    backend = str(ce.backend)
-    if backend != "naive" and backend not in STREAMING_BACKENDS:
-        p.append(f"{key}.checkpoint_engine.backend={backend!r} is not a backend minirl has (naive, "
-                 f"{', '.join(STREAMING_BACKENDS)}; verl also nixl, hccl, mooncake, kimi, delta_sharded). "
-                 f"Fix: naive (rollout in the trainer) or nccl (rollout servers).")
-    elif backend == "naive" and nnodes >= 1:
-        p.append(f"{key}.checkpoint_engine.backend=naive hands the tensors over inside one process, but "
-                 f"{key}.nnodes={nnodes} starts rollout servers in their own processes (verl's separate_async "
-                 f"asserts the same). Fix: {key}.checkpoint_engine.backend=nccl, or {key}.nnodes=0.")
-    elif backend != "naive" and nnodes == 0:
-        p.append(f"{key}.checkpoint_engine.backend={backend} streams weights to rollout servers in other processes, "
-                 f"but {key}.nnodes=0 keeps the rollout in the trainer (verl's hybrid replicas always sync with "
-                 f"naive). Fix: {key}.nnodes=1 {key}.n_gpus_per_node=<servers>, or backend=naive.")
-    if float(ce.update_weights_bucket_megabytes) <= 0:
-        p.append(f"{key}.checkpoint_engine.update_weights_bucket_megabytes={ce.update_weights_bucket_megabytes} "
-                 "must be > 0 (MiB per bucket; verl's default 2048). Fix: a positive size.")
-    for name in ("debug_skip_sync_steps", "debug_partial_sync_steps"):
-        steps = list(ce[name] or [])
-        if any(not isinstance(s, int) or s < 1 for s in steps):
-            p.append(f"{key}.checkpoint_engine.{name}={steps}: a list of training steps >= 1 (debug only). "
-                     f"Fix: {key}.checkpoint_engine.{name}=[] (the default).")
-    return p
+__all__ = ["LocalReplica", "PausableLocalReplica", "RolloutReplica", "ServedLocalReplica"]
 
 
 def _read_ready(path: str) -> dict:
@@ -199,7 +120,95 @@ class LocalReplica:
             close()
 
 
+class PausableLocalReplica(LocalReplica):
+    """The in-controller replica with a real abort: the engine stops after its current token, new requests wait.
+
+    colocate_async's replica (`owner` is the `ColocatedRollout` of `minirl.workers.rollout.llm_server`, whose
+    event loop the requests run on). verl: a hybrid replica's `abort_all_requests` (`verl/workers/rollout/replica.py:273`) / `resume_generation` (`:277`).
+    """
+
+    def __init__(self, owner) -> None:
+        super().__init__(owner.rollout)
+        self.owner = owner
+        self.resumed = threading.Event()
+        self.resumed.set()
+        self._gate = asyncio.Event()  # the same gate as seen from the owner's loop: waiters sleep, they do not poll
+        self._gate.set()
+        self.in_flight = 0
+        """Requests inside the engine now."""
+        self.aborts = 0
+
+    def _set_gate(self, is_open: bool) -> None:
+        (self.resumed.set if is_open else self.resumed.clear)()
+        loop = self.owner.loop.loop
+        if loop.is_running():
+            loop.call_soon_threadsafe(self._gate.set if is_open else self._gate.clear)
+        else:
+            (self._gate.set if is_open else self._gate.clear)()
+
+    async def wait_resumed(self) -> None:
+        """Wait (on the owner's loop) until the gate is open. An asyncio.Event, not a poll: a 2 ms poll of each of
+        the hundreds of held requests kept the loop thread busy and slowed the training it should leave alone."""
+        await self._gate.wait()
+
+    async def abort_all_requests(self) -> dict:
+        """Close the gate, make the running engine call return after its current token, wait until it has."""
+        self._set_gate(False)
+        running = self.in_flight
+        self.rollout.abort_event.set()
+        await self.owner.loop.call(asyncio.sleep(0))  # runs once the loop is free: the engine call has returned
+        self.aborts += 1
+        return {"aborted_running": running, "aborted_queued": 0}
+
+    async def resume_generation(self) -> dict:
+        self.rollout.abort_event.clear()
+        self._set_gate(True)
+        return {"resumed": True}
+
+
+class ServedLocalReplica(LocalReplica):
+    """The in-controller engine as agent-loop worker *processes* reach it: through a `RolloutServer` of its own.
+
+    `owner` is the `LocalRolloutServer` of `minirl.workers.rollout.llm_server`, which runs the engine's
+    scheduler on a controller thread and listens on 127.0.0.1 for the workers. The naive checkpoint engine
+    loads weights into the engine directly (`load_weights`, as `LocalReplica`); `abort_all_requests` /
+    `resume_generation` pause and resume the served scheduler exactly as a server process does (the running
+    batch stops after its current token, queued requests come back aborted, new ones wait), so colocate_async
+    pauses its engine the same way whether the agent loop runs in the controller or in worker processes.
+    verl: a hybrid replica's `abort_all_requests` (`verl/workers/rollout/replica.py:273`) / `resume_generation`
+    (`:277`).
+    """
+
+    def __init__(self, owner) -> None:
+        super().__init__(owner.rollout)
+        self.owner = owner
+        self.aborts = 0
+
+    async def abort_all_requests(self) -> dict:
+        out = await self.owner.loop.call(self.owner.server.abort_all_requests())
+        self.aborts += 1
+        return out
+
+    async def resume_generation(self) -> dict:
+        return await self.owner.loop.call(self.owner.server.resume_generation())
+
+    async def status(self) -> dict:
+        return {**await super().status(), "served_on": self.owner.server_address}
+
+
 # ---------------------------------------------------------------------------------- a server
+
+
+def server_timeout(rollout) -> float:
+    """`rollout.server.timeout`: seconds a server may stay silent before it counts as hung (verl: `ServerConfig.timeout`).
+
+    `rollout` is the `actor_rollout_ref.rollout` section or the plain dict a server receives; a missing key
+    is the schema's default (`minirl.config.schema.ROLLOUT_DEFAULTS`).
+    """
+    from minirl.config.schema import ROLLOUT_DEFAULTS
+    from minirl.utils.config import cfg_get
+
+    return float(cfg_get(cfg_get(rollout, "server"), "timeout", ROLLOUT_DEFAULTS.server.timeout))
 
 
 class RolloutReplica:
@@ -212,12 +221,13 @@ class RolloutReplica:
         device: the server's device (`cpu`, `cuda:1`, ...).
         loop: the `EventLoopThread` that holds every replica's connection.
         start_timeout_s: how long the process may take to come up.
+        nice: the server process's scheduling niceness (`actor_rollout_ref.rollout.nice`, resolved).
     """
 
     in_controller = False
 
     def __init__(self, replica_rank: int, config, model_path: str, device: str, loop,
-                 start_timeout_s: float = 180.0) -> None:
+                 start_timeout_s: float = 180.0, nice: int = 0) -> None:
         from omegaconf import DictConfig, OmegaConf
 
         self.replica_rank = int(replica_rank)
@@ -226,6 +236,7 @@ class RolloutReplica:
         self.device = device
         self.loop = loop
         self.start_timeout_s = float(start_timeout_s)
+        self.nice = int(nice)  # the server's scheduling niceness (`actor_rollout_ref.rollout.nice`)
         self.process: subprocess.Popen | None = None
         self.client = None
         self.server_address: str | None = None
@@ -238,14 +249,18 @@ class RolloutReplica:
         self._token = secrets.token_hex(16)
         self._ready = os.path.join(tempfile.mkdtemp(prefix="minirl-rollout-server-"), "ready.json")
         args = {"config": self.config, "model_path": self.model_path, "replica_rank": self.replica_rank,
-                "device": self.device, "token": self._token, "ready_file": self._ready, "parent_pid": os.getpid()}
+                "device": self.device, "token": self._token, "ready_file": self._ready, "parent_pid": os.getpid(),
+                "nice": self.nice}
         env = dict(os.environ)
         if self.device == "cpu":  # one torch thread per server: the servers share the machine's cores
             env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         env.update(TOKENIZERS_PARALLELISM="false", HF_HUB_DISABLE_PROGRESS_BARS="1", TRANSFORMERS_VERBOSITY="error",
                    VLLM_ENABLE_V1_MULTIPROCESSING=env.get("VLLM_ENABLE_V1_MULTIPROCESSING", "0"))
         self.process = subprocess.Popen([sys.executable, "-m", "minirl.workers.rollout.server"], stdin=subprocess.PIPE,
-                                        env=env)
+                                        stderr=subprocess.PIPE, env=env)
+        from minirl.workers.rollout.server_log import LogTail
+
+        self.log_tail = LogTail(self.process.stderr)  # passed through to our stderr; its last lines name a failure
         self.process.stdin.write((json.dumps(args) + "\n").encode())
         self.process.stdin.close()
 
@@ -270,9 +285,18 @@ class RolloutReplica:
         if "error" in info:
             self.kill()
             raise RuntimeError(f"rollout server {self.replica_rank} failed to start: {info['error']}")
-        self.client = RPCClient(LOOPBACK, info["port"], token)
-        await self.client.connect()
         self.server_address = f"{LOOPBACK}:{info['port']}"
+        self.port = int(info["port"])
+        self.client = RPCClient(LOOPBACK, info["port"], token, name=f"rollout server {self.replica_rank}",
+                                hung_after_s=server_timeout(self.config), describe=self._describe_lost)
+        await self.client.connect()
+
+    def _describe_lost(self, event: str, doing: str) -> str:
+        """The `ServerLost` line: this server, its pid, what happened, what it was doing, its last log lines."""
+        from minirl.workers.rollout.server_log import lost_server_message
+
+        return lost_server_message(f"rollout server {self.replica_rank}", self.process, self.server_address, event,
+                                   doing, getattr(self, "log_tail", None))
 
     @property
     def pid(self) -> int | None:
@@ -295,6 +319,8 @@ class RolloutReplica:
 
     def shutdown(self) -> None:
         """Ask the server to exit, then make sure it did (synchronous; safe to call twice)."""
+        if self.client is not None and self.client.lost and self.alive():
+            self.process.kill()  # gone or hung (SIGSTOP): it cannot answer, and SIGKILL also ends a stopped process
         if self.alive() and self.client is not None and not self.loop.in_loop():
             with contextlib.suppress(Exception):  # a server that cannot answer is killed below
                 self.loop.run(self.client.call("shutdown"), timeout=3)

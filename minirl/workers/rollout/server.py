@@ -6,8 +6,10 @@ arrive as JSON on stdin, so the auth token never shows in `ps`), it builds the b
 the controller (`minirl.workers.rollout.rpc`), writes its port to the ready file, and serves:
 
 - `generate(request_id, prompt_ids, sampling_params)`: requests wait in a queue; the scheduler takes
-  every request that has arrived, groups them by sampling parameters and runs each group as one
-  batch on the engine thread (a small stand-in for vLLM's continuous batching). Every `TokenOutput`
+  every request that has arrived, groups them by sampling parameters and runs each group in batches of
+  at most `rollout.max_num_seqs` on the engine thread (a small stand-in for vLLM's continuous batching);
+  `generate_batch` queues several requests at once (an agent-loop worker's requests of one event-loop
+  turn: minirl's in-controller batches, reproduced). Every `TokenOutput`
   is stamped with the weight version this server holds (`policy_version`, `extra_fields["global_steps"]`:
   verl's `set_global_steps`) and with the batch it ran in;
 - `abort_all_requests` / `resume_generation`: stop the running batch after its current token
@@ -68,14 +70,17 @@ class RolloutServer:
         device: where the engine runs.
     """
 
-    def __init__(self, config: dict, model_path: str, replica_rank: int, device: str) -> None:
+    def __init__(self, config: dict, model_path: str, replica_rank: int, device: str, rollout=None) -> None:
         from minirl.workers.rollout.base import get_rollout_class
 
         self.config = dict(config)
-        self.config["seed"] = int(self.config.get("seed") or 0) + int(replica_rank)
         self.replica_rank = int(replica_rank)
         self.device = device
-        self.rollout = get_rollout_class(str(self.config.get("name", "hf")))(self.config, model_path, device=device)
+        if rollout is None:
+            self.config["seed"] = int(self.config.get("seed") or 0) + int(replica_rank)
+            self.rollout = get_rollout_class(str(self.config.get("name", "hf")))(self.config, model_path, device=device)
+        else:  # the controller's own engine, served to agent-loop worker processes (LocalRolloutServer)
+            self.rollout = rollout
         self.engine = ThreadPoolExecutor(max_workers=1, thread_name_prefix="engine")
         self.checkpoint_engine = None
         self.global_steps = 0
@@ -101,6 +106,26 @@ class RolloutServer:
         self._wakeup.set()
         return await fut
 
+    async def generate_batch(self, requests: list[tuple[str, list[int], dict]]) -> list:
+        """Queue several requests at once: `(request_id, prompt_ids, sampling_params)` each (minirl only).
+
+        They enter the queue together, in this order, so the scheduler runs them as one engine batch
+        (with anything else that is queued): an agent-loop worker sends the requests its sessions made in
+        one event-loop turn this way, and a sync run samples the same batches, hence the same tokens,
+        as when the agent loop runs in the controller (`LocalLLMServerClient`).
+        """
+        from minirl.workers.rollout.base import SamplingParams
+
+        await self._resumed.wait()
+        loop = asyncio.get_running_loop()
+        futures = []
+        for _, prompt_ids, sampling_params in requests:
+            fut = loop.create_future()
+            self._queue.append((list(prompt_ids), SamplingParams(**sampling_params), fut))
+            futures.append(fut)
+        self._wakeup.set()
+        return list(await asyncio.gather(*futures))
+
     async def _schedule(self) -> None:
         """Take every queued request, one engine batch per distinct sampling parameters, forever."""
         loop = asyncio.get_running_loop()
@@ -112,8 +137,12 @@ class RolloutServer:
             groups: dict[str, list] = {}
             for item in pending:
                 groups.setdefault(json.dumps(asdict(item[1]), sort_keys=True), []).append(item)
+            # at most `rollout.max_num_seqs` per engine call (vLLM's bound on a batch); each call's requests are
+            # answered as it ends, so their sessions go on (reward, next turn) while the next call runs
+            size = int(getattr(self.rollout, "max_num_seqs", 0) or 0)
             for items in groups.values():
-                await self._run_batch(loop, items)
+                for i in range(0, len(items), size or len(items)):
+                    await self._run_batch(loop, items[i:i + (size or len(items))])
 
     async def _gather_window(self, quiet_s: float = 0.002, max_s: float = 0.02) -> None:
         """Wait until no request arrived for `quiet_s` (at most `max_s`): requests sent together, one batch."""
@@ -127,8 +156,17 @@ class RolloutServer:
         self.in_flight = len(items)
         self.batches += 1
         batch_id = self.batches
+        times = {}
+
+        def run():
+            times["start"] = time.time()
+            try:
+                return self.rollout.generate(prompts, params)
+            finally:
+                times["end"] = time.time()
+
         try:
-            outs = await loop.run_in_executor(self.engine, self.rollout.generate, prompts, params)
+            outs = await loop.run_in_executor(self.engine, run)
         except Exception as e:  # noqa: BLE001 (every waiting request sees the engine's error)
             for _, _, fut in items:
                 if not fut.done():
@@ -137,8 +175,11 @@ class RolloutServer:
         finally:
             self.in_flight = 0
         for (_, _, fut), out in zip(items, outs):
+            # the batch's wall-clock span on the engine thread and the process that ran it: the trace's
+            # generation row (minirl only)
             out.extra_fields.update(global_steps=out.policy_version, replica_rank=self.replica_rank,
-                                    server_batch=batch_id, server_batch_size=len(items))
+                                    server_batch=batch_id, server_batch_size=len(items), server_pid=os.getpid(),
+                                    batch_start=times["start"], batch_end=times["end"])
             if not fut.done():
                 fut.set_result(out)
 
@@ -153,10 +194,11 @@ class RolloutServer:
         from minirl.workers.rollout.base import TokenOutput
 
         queued, self._queue = self._queue, []
+        version = int(self.rollout.policy_version)
         for _, params, fut in queued:
             if not fut.done():
-                fut.set_result(TokenOutput([], [] if params.logprobs else None, "aborted", self.global_steps,
-                                           {"global_steps": self.global_steps, "replica_rank": self.replica_rank}))
+                fut.set_result(TokenOutput([], [] if params.logprobs else None, "aborted", version,
+                                           {"global_steps": version, "replica_rank": self.replica_rank}))
         await asyncio.get_running_loop().run_in_executor(self.engine, lambda: None)  # the running batch has ended
         return {"aborted_running": running, "aborted_queued": len(queued)}
 
@@ -309,6 +351,8 @@ async def _serve(args: dict) -> None:
 def main() -> None:
     """Process entry point: settings as one JSON object on stdin (see `RolloutReplica.launch_server`)."""
     args = json.loads(sys.stdin.readline())
+    if int(args.get("nice", 0)) > 0:  # rollout.nice: the trainer keeps its core when processes outnumber cores
+        os.nice(int(args["nice"]))
     threading.Thread(target=_watch_parent, args=(int(args["parent_pid"]),), daemon=True).start()
     if args.get("device", "cpu") == "cpu":
         import torch

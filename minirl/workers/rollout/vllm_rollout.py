@@ -69,6 +69,7 @@ from typing import Any
 
 import torch
 
+from minirl.config.schema import ROLLOUT_DEFAULTS
 from minirl.utils.config import cfg_get
 from minirl.workers.rollout.base import BaseRollout, SamplingParams, TokenOutput, register_rollout
 
@@ -133,9 +134,9 @@ def engine_kwargs_from_config(config: Any, model_path: str, on_cpu: bool) -> dic
     (`kv_cache_memory_bytes`, default `DEFAULT_CPU_KV_CACHE_GIB` GiB; `VLLM_CPU_KVCACHE_SPACE`
     in GiB overrides it, as in vLLM), and chunked prefill is off (see the comment in the code).
     """
-    prompt_length = int(cfg_get(config, "prompt_length", 512))
-    response_length = int(cfg_get(config, "response_length", 512))
-    dtype_name = str(cfg_get(config, "dtype", "float32"))
+    prompt_length = int(cfg_get(config, "prompt_length", ROLLOUT_DEFAULTS.prompt_length))
+    response_length = int(cfg_get(config, "response_length", ROLLOUT_DEFAULTS.response_length))
+    dtype_name = str(cfg_get(config, "dtype", ROLLOUT_DEFAULTS.dtype))
     if dtype_name not in _DTYPES:
         raise ValueError(
             f"actor_rollout_ref.rollout.dtype={dtype_name!r} is not supported by the vllm rollout; "
@@ -146,12 +147,12 @@ def engine_kwargs_from_config(config: Any, model_path: str, on_cpu: bool) -> dic
         "skip_tokenizer_init": True,  # token ids in, token ids out (verl keeps the tokenizer for multimodal)
         "generation_config": "vllm",  # stop tokens come from the rollout (below), not generation_config.json
         "dtype": "float32" if on_cpu else _DTYPES[dtype_name],
-        "seed": int(cfg_get(config, "seed", 0) or 0),
+        "seed": int(cfg_get(config, "seed", ROLLOUT_DEFAULTS.seed)),
         "max_model_len": int(cfg_get(config, "max_model_len") or prompt_length + response_length),
-        "max_num_seqs": int(cfg_get(config, "max_num_seqs", 256)),
-        "enforce_eager": bool(cfg_get(config, "enforce_eager", True)),
-        "enable_prefix_caching": bool(cfg_get(config, "enable_prefix_caching", True)),
-        "tensor_parallel_size": int(cfg_get(config, "tensor_model_parallel_size", 1)),
+        "max_num_seqs": int(cfg_get(config, "max_num_seqs", ROLLOUT_DEFAULTS.max_num_seqs)),
+        "enforce_eager": bool(cfg_get(config, "enforce_eager", ROLLOUT_DEFAULTS.enforce_eager)),
+        "enable_prefix_caching": bool(cfg_get(config, "enable_prefix_caching", ROLLOUT_DEFAULTS.enable_prefix_caching)),
+        "tensor_parallel_size": int(cfg_get(config, "tensor_model_parallel_size", ROLLOUT_DEFAULTS.tensor_model_parallel_size)),
         "logprobs_mode": str(cfg_get(config, "logprobs_mode", "processed_logprobs")),
         "worker_extension_cls": f"{__name__}.WeightSyncExtension",
     }
@@ -162,8 +163,8 @@ def engine_kwargs_from_config(config: Any, model_path: str, on_cpu: bool) -> dic
         kwargs["enable_chunked_prefill"] = False
         kwargs["max_num_batched_tokens"] = max(4096, kwargs["max_model_len"])
     else:
-        kwargs["gpu_memory_utilization"] = float(cfg_get(config, "gpu_memory_utilization", 0.5))
-        kwargs["enable_sleep_mode"] = bool(cfg_get(config, "free_cache_engine", True))
+        kwargs["gpu_memory_utilization"] = float(cfg_get(config, "gpu_memory_utilization", ROLLOUT_DEFAULTS.gpu_memory_utilization))
+        kwargs["enable_sleep_mode"] = bool(cfg_get(config, "free_cache_engine", ROLLOUT_DEFAULTS.free_cache_engine))
     extra = cfg_get(cfg_get(config, "engine_kwargs", {}), "vllm", {}) or {}
     kwargs.update(dict(extra))
     return kwargs
@@ -300,7 +301,7 @@ class VLLMRollout(BaseRollout):
 
     def _report_sleep_mode(self) -> None:
         global _SLEEP_REPORTED
-        wants_sleep = bool(cfg_get(self.config, "free_cache_engine", True))
+        wants_sleep = bool(cfg_get(self.config, "free_cache_engine", ROLLOUT_DEFAULTS.free_cache_engine))
         if self.on_cpu and wants_sleep and not _SLEEP_REPORTED:
             _SLEEP_REPORTED = True
             logger.warning(
@@ -334,30 +335,6 @@ class VLLMRollout(BaseRollout):
         ]
         outputs = self.llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], requests, use_tqdm=False)
         return [self._to_token_output(o, sampling_params) for o in outputs]
-
-    def _check_prompts(self, prompts: Any) -> list[list[int]]:
-        if not isinstance(prompts, (list, tuple)) or any(isinstance(p, int) for p in prompts):
-            raise TypeError(
-                "VLLMRollout.generate expects a list of prompts, each a list of token ids; "
-                "wrap a single prompt as [prompt_ids]."
-            )
-        checked = [[int(t) for t in p] for p in prompts]
-        for i, prompt in enumerate(checked):
-            if not prompt:
-                raise ValueError(f"prompt {i} is empty; every request needs at least one token.")
-            if len(prompt) >= self.max_model_len:
-                raise ValueError(
-                    f"prompt {i} has {len(prompt)} tokens, leaving no room to generate within max_model_len="
-                    f"{self.max_model_len}; shorten it (data.max_prompt_length) or raise "
-                    "actor_rollout_ref.rollout.max_model_len."
-                )
-            low, high = min(prompt), max(prompt)
-            if low < 0 or (self.vocab_size is not None and high >= self.vocab_size):
-                raise ValueError(
-                    f"prompt {i} has token ids in [{low}, {high}] but the model's vocabulary is "
-                    f"[0, {self.vocab_size}); was it tokenized with another tokenizer?"
-                )
-        return checked
 
     def _stop_ids(self, params: SamplingParams) -> list[int]:
         """EOS ids (unless `ignore_eos`) plus the request's `stop_token_ids`, as in the hf rollout."""

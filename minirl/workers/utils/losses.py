@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import torch
 
-from minirl.trainer.core_algos import agg_loss, compute_value_loss, get_policy_loss_fn, kl_penalty
+from minirl.trainer.ppo.core_algos import agg_loss, compute_value_loss, get_policy_loss_fn, kl_penalty
 
 
 def _global_batch_info(config, meta: dict) -> dict:

@@ -1,0 +1,1 @@
+"""The engine-side half of top-k distillation (verl: `verl/trainer/distillation/fsdp/`)."""
