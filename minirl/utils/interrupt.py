@@ -4,7 +4,9 @@ Python turns Ctrl-C (SIGINT) into `KeyboardInterrupt`, so `finally` blocks run (
 stops rollout and reward-model servers and Ray workers); SIGTERM's default action kills the process
 without them. `stop_on_signals` makes SIGTERM do what Ctrl-C does, and `stopped_line` is what the entry
 points print instead of a traceback. A checkpoint is written to a temporary directory and renamed into
-place (`minirl.trainer.ppo.checkpointing`), so a run stopped at any moment keeps its last complete one.
+place (`minirl.trainer.ppo.checkpointing`), so a run stopped at any moment keeps its last complete one;
+`signals_deferred` holds a stop that arrives while one is being written until it is on disk (torch's
+distributed checkpoint would otherwise wrap the `KeyboardInterrupt` in a `CheckpointException`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import signal
 import threading
 
-__all__ = ["Stopped", "stop_on_signals", "stopped_line"]
+__all__ = ["Stopped", "signals_deferred", "stop_on_signals", "stopped_line"]
 
 
 class Stopped(KeyboardInterrupt):
@@ -49,6 +51,32 @@ def stop_on_signals():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def signals_deferred():
+    """While inside (writing a checkpoint), Ctrl-C and SIGTERM are held; the first one held acts on leaving.
+
+    The block finishes, the handlers in place before it are restored, and the held signal is raised again,
+    so it does exactly what it would have done a moment earlier. A no-op outside the main thread, where
+    Python delivers no signals.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum, frame):
+        held.append(signum)
+
+    previous = {s: signal.signal(s, hold) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def stopped_line(prog: str, error: KeyboardInterrupt) -> tuple[str, int]:

@@ -60,6 +60,8 @@ import torch
 from omegaconf import OmegaConf
 from tqdm.auto import tqdm
 
+from minirl.utils.interrupt import signals_deferred
+
 __all__ = ["RESUME_KEYS", "CheckpointError", "load_checkpoint", "mark_latest", "save_checkpoint"]
 
 LATEST = "latest_checkpointed_iteration.txt"
@@ -92,6 +94,11 @@ def save_checkpoint(trainer, mark: bool = True) -> Path:
     With `mark=False` (what `fit` does) the checkpoint is complete on disk but not yet the one a
     resume picks: `mark_latest` does that once the step's metrics row is written.
     """
+    with signals_deferred():  # a Ctrl-C or SIGTERM now stops the run once this checkpoint is on disk
+        return _save_checkpoint(trainer, mark)
+
+
+def _save_checkpoint(trainer, mark: bool) -> Path:
     cfg = trainer.config.trainer
     root = Path(cfg.default_local_dir)
     d = root / f"global_step_{trainer.global_steps}"
