@@ -170,9 +170,9 @@ def main(argv=None):
     print(table(results, target, command, "an assumed" if args.no_teacher else "the teacher's held-out accuracy"))
     print(f"\nload average {load0:.2f} before, {os.getloadavg()[0]:.2f} after; outputs in {out}")
     if args.figure:
-        from minirl.notebook.algorithm_plots import plot_accuracy_vs_training_time
+        from minirl.notebook.algorithm_plots import plot_accuracy_by_family
 
-        plot_accuracy_vs_training_time(results, target, args.figure)
+        plot_accuracy_by_family(results, target, args.figure)
         print(f"figure: {args.figure}")
 
 

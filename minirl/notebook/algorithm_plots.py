@@ -5,12 +5,13 @@
   policy loss on the same axes;
 - `plot_overlong_penalty`: DAPO's length penalty, and a run's responses on it;
 - `plot_teacher_signal_on_one_response`: on-policy distillation's per-token signal next to GRPO's one number;
-- `plot_accuracy_vs_training_time`: held-out accuracy against training seconds, one line per variant.
+- `plot_accuracy_vs_training_time`: held-out accuracy against training seconds, one line per variant;
+- `plot_accuracy_by_family`: the same, one panel per family (estimators, losses, DAPO and OPD), GRPO in each.
 """
 
 from __future__ import annotations
 
-__all__ = ["plot_accuracy_vs_training_time", "plot_baselines_on_one_batch", "plot_overlong_penalty",
+__all__ = ["plot_accuracy_by_family", "plot_accuracy_vs_training_time", "plot_baselines_on_one_batch", "plot_overlong_penalty",
            "plot_policy_loss_variants", "plot_teacher_signal_on_one_response", "policy_loss_curves"]
 
 
@@ -43,6 +44,41 @@ def plot_accuracy_vs_training_time(results: list[dict], target: float | None = N
         ax.figure.tight_layout()
         ax.figure.savefig(path, dpi=110)
     return ax
+
+
+FAMILIES = {"advantage estimators": ("estimator/",), "policy losses": ("loss/",), "DAPO and OPD": ("dapo/", "opd/")}
+"""The panels of `plot_accuracy_by_family`: a title and the variant-name prefixes it holds."""
+
+
+def plot_accuracy_by_family(results: list[dict], target: float | None = None, path: str | None = None):
+    """One panel per family of `FAMILIES` that `results` has runs of, each with the `grpo` run as a thick black
+    line (the run every variant changes one thing of) and the teacher's accuracy dashed. Returns the figure."""
+    plt = _plt()
+    base = next((r for r in results if r["name"] == "grpo"), None)
+    panels = [(title, [r for r in results if r["name"].startswith(prefixes)]) for title, prefixes in FAMILIES.items()]
+    panels = [(title, runs) for title, runs in panels if runs]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), sharey=True, squeeze=False)
+    for ax, (title, runs) in zip(axes[0], panels):
+        for r in runs:
+            if r["curve"]:
+                xs, ys = zip(*r["curve"])
+                ax.plot(xs, ys, "-", marker=".", markersize=3, linewidth=1, label=r["name"].split("/", 1)[1])
+        if base and base["curve"]:
+            xs, ys = zip(*base["curve"])
+            ax.plot(xs, ys, "-", color="k", linewidth=2.5, label="grpo (the baseline)")
+        if target is not None:
+            ax.axhline(target, color="k", linestyle="--", linewidth=1, label=f"teacher {target:.2f}")
+        ax.set_title(title)
+        ax.set_xlabel("training time (s, validation excluded)")
+        ax.legend(fontsize=6, ncol=2, loc="lower right")
+    axes[0][0].set_ylabel("held-out greedy accuracy")
+    fig.tight_layout()
+    if path:
+        import os
+
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        fig.savefig(path, dpi=110)
+    return fig
 
 
 # ------------------------------------------------------------------------------------- REINFORCE family

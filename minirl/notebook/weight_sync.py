@@ -33,6 +33,10 @@ class MidGenerationSync:
     """The rollout's policy version before the sync (the sync stamps `version + 1`)."""
     sync: dict
     """What `checkpoint_manager.update_weights` returned: aborted requests, phases and their times."""
+    start_version: int = 0
+    """The rollout's policy version before the first try (the trainer's actor's number)."""
+    tries: int = 1
+    """How many generations it took for a sync to land while requests were running (see `sync_mid_generation`)."""
 
     def rows(self) -> list[dict]:
         """One row per request: tokens before the abort, tokens in all, (min, max) versions, resumes, same tokens."""
@@ -44,13 +48,15 @@ class MidGenerationSync:
 
 
 def sync_mid_generation(trainer, requests: Sequence[list[int]], sampling, at_fraction: float = 0.3,
-                        timeout_s: float = 120.0) -> MidGenerationSync:
+                        timeout_s: float = 120.0, max_tries: int = 4) -> MidGenerationSync:
     """Generate `requests` (token ids) once undisturbed, then again with a weight sync `at_fraction` of the way in.
 
     Both generations run on the rollout client's own event loop (`trainer.rollout.loop`), so this call
     blocks here while the second one is in flight and the sync (`trainer.checkpoint_manager.update_weights`)
     runs from this thread, as the trainer's would. The sync pushes the same weights under a new version
-    number: no training step runs in between.
+    number: no training step runs in between. "A third of the way in" is timed from the undisturbed run; on a
+    busy machine the second run can finish before the sync lands (nothing to abort), so then it tries again
+    with the sync earlier (half the wait each time), up to `max_tries` generations.
     """
     client = trainer.rollout.get_client()
 
@@ -60,10 +66,14 @@ def sync_mid_generation(trainer, requests: Sequence[list[int]], sampling, at_fra
     start = time.perf_counter()
     uninterrupted = trainer.rollout.loop.submit(generate_all()).result(timeout=timeout_s)
     generation_s = time.perf_counter() - start
-    version = trainer.rollout.policy_version
-    pending = trainer.rollout.loop.submit(generate_all())  # runs on the client's loop while this thread syncs
-    while not any(s["in_flight"] for s in trainer.rollout.status()):
-        time.sleep(0.002)
-    time.sleep(at_fraction * generation_s)
-    sync = trainer.checkpoint_manager.update_weights(version + 1)
-    return MidGenerationSync(uninterrupted, pending.result(timeout=timeout_s), version, sync)
+    start_version = trainer.rollout.policy_version
+    for tries in range(1, max_tries + 1):
+        version = trainer.rollout.policy_version
+        pending = trainer.rollout.loop.submit(generate_all())  # runs on the client's loop while this thread syncs
+        while not any(s["in_flight"] for s in trainer.rollout.status()):
+            time.sleep(0.002)
+        time.sleep(at_fraction * generation_s / 2 ** (tries - 1))
+        sync = trainer.checkpoint_manager.update_weights(version + 1)
+        outputs = pending.result(timeout=timeout_s)
+        if sync.get("rollout/aborted_requests", 0) > 0 or tries == max_tries:
+            return MidGenerationSync(uninterrupted, outputs, version, sync, start_version, tries)
