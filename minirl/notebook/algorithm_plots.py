@@ -51,10 +51,13 @@ FAMILIES = {"advantage estimators": ("estimator/",), "policy losses": ("loss/",)
 
 
 def plot_accuracy_by_family(results: list[dict], target: float | None = None, path: str | None = None):
-    """One panel per family of `FAMILIES` that `results` has runs of, each with the `grpo` run as a thick black
-    line (the run every variant changes one thing of) and the teacher's accuracy dashed. Returns the figure."""
+    """One panel per family of `FAMILIES` that `results` has runs of, each with the GRPO run as a thick black
+    line (the run every variant changes one thing of) and the teacher's accuracy dashed. Returns the figure.
+
+    Where `results` merges several benchmark runs (each result's `run`: its index), a panel's baseline is the GRPO
+    result of the same run (named `grpo`, or `grpo@<commit>` for another run's)."""
     plt = _plt()
-    base = next((r for r in results if r["name"] == "grpo"), None)
+    bases = [r for r in results if r["name"] == "grpo" or r["name"].startswith("grpo@")]
     panels = [(title, [r for r in results if r["name"].startswith(prefixes)]) for title, prefixes in FAMILIES.items()]
     panels = [(title, runs) for title, runs in panels if runs]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4.2), sharey=True, squeeze=False)
@@ -63,9 +66,10 @@ def plot_accuracy_by_family(results: list[dict], target: float | None = None, pa
             if r["curve"]:
                 xs, ys = zip(*r["curve"])
                 ax.plot(xs, ys, "-", marker=".", markersize=3, linewidth=1, label=r["name"].split("/", 1)[1])
+        base = next((b for b in bases if b.get("run") == runs[0].get("run")), bases[0] if bases else None)
         if base and base["curve"]:
             xs, ys = zip(*base["curve"])
-            ax.plot(xs, ys, "-", color="k", linewidth=2.5, label="grpo (the baseline)")
+            ax.plot(xs, ys, "-", color="k", linewidth=2.5, label=f"{base['name']} (the baseline)")
         if target is not None:
             ax.axhline(target, color="k", linestyle="--", linewidth=1, label=f"teacher {target:.2f}")
         ax.set_title(title)
