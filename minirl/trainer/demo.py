@@ -13,7 +13,6 @@ Arguments are overrides for the GRPO run (e.g. `trainer.total_training_steps=20`
 
 from __future__ import annotations
 
-import os
 import sys
 
 DEMO_DEFAULTS = [
@@ -43,27 +42,18 @@ def main(overrides=()) -> int:
     except ConfigError as e:
         print(f"minirl demo: {e}", file=sys.stderr)
         return 2
-    from minirl.trainer.main_ppo import user_error
-    from minirl.utils.interrupt import stop_on_signals, stopped_line
+    from minirl.trainer.main_ppo import run_command
 
-    try:
-        with stop_on_signals():
-            path = warm_start()
-            cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
-            print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
-            trainer = TaskRunnerV1().run(cfg)
-    except KeyboardInterrupt as e:
-        if os.environ.get("MINIRL_DEBUG") == "1":
-            raise
-        line, code = stopped_line("minirl demo", e)
-        print(line, file=sys.stderr)
+    def run():
+        path = warm_start()
+        cfg = load(DEMO_DEFAULTS + [f"actor_rollout_ref.model.path={path}"] + overrides)
+        print(f"[demo] GRPO on the embedded arithmetic task; outputs in {cfg.trainer.default_local_dir}")
+        return TaskRunnerV1().run(cfg), cfg
+
+    ran, code = run_command("minirl demo", run)
+    if code is not None:
         return code
-    except Exception as e:
-        error = user_error(e)
-        if error is None or os.environ.get("MINIRL_DEBUG") == "1":
-            raise
-        print(f"minirl demo: {error}", file=sys.stderr)
-        return 2
+    trainer, cfg = ran
     val = [r for r in trainer.history if any(k.startswith("val-core/") and "/acc/" in k for k in r)]
     if val:
         first, last = val[0], val[-1]

@@ -191,29 +191,36 @@ def user_error(error: BaseException, errors: tuple | None = None) -> BaseExcepti
     return None
 
 
-def main(argv=None) -> int:
+def run_command(prog: str, fn, debug_hint: bool = False):
+    """Run `fn()` as the command `prog`: returns `(result, None)`, or `(None, exit code)` after one line on stderr.
+
+    Ctrl-C or SIGTERM (`stop_on_signals`) prints the stop line (130 / 143); an error `user_error` recognises
+    prints `prog: <error>` (2). `MINIRL_DEBUG=1` lets either raise with its traceback."""
     from minirl.utils.interrupt import stop_on_signals, stopped_line
 
-    argv = sys.argv[1:] if argv is None else list(argv)
     try:
         with stop_on_signals():
-            config = load(argv)
-            TaskRunnerV1().run(config)
-    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM (stop_on_signals): the servers are stopped by now
+            return fn(), None
+    except KeyboardInterrupt as e:  # the servers and workers are stopped by now (the trainers' `finally`)
         if os.environ.get("MINIRL_DEBUG") == "1":
             raise
-        line, code = stopped_line("minirl train", e)
+        line, code = stopped_line(prog, e)
         print(line, file=sys.stderr)
-        return code
+        return None, code
     except Exception as e:
         error = user_error(e)
         if error is None or os.environ.get("MINIRL_DEBUG") == "1":
             raise
-        print(f"minirl train: {error}", file=sys.stderr)
-        print("(set MINIRL_DEBUG=1 for the traceback)", file=sys.stderr)
-        return 2
-    return 0
+        print(f"{prog}: {error}", file=sys.stderr)
+        if debug_hint:
+            print("(set MINIRL_DEBUG=1 for the traceback)", file=sys.stderr)
+        return None, 2
 
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    _, code = run_command("minirl train", lambda: TaskRunnerV1().run(load(argv)), debug_hint=True)
+    return code or 0
 
 if __name__ == "__main__":
     sys.exit(main())

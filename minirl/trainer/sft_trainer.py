@@ -252,24 +252,11 @@ def run_sft(overrides=(), quiet: bool = False, progress: tuple[str, str] | None 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    from minirl.trainer.main_ppo import user_error
-    from minirl.utils.interrupt import stop_on_signals, stopped_line
+    from minirl.trainer.main_ppo import run_command
 
-    try:
-        with stop_on_signals():
-            res = run_sft(argv)
-    except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM: the history written so far stands
-        if os.environ.get("MINIRL_DEBUG") == "1":
-            raise
-        line, code = stopped_line("minirl sft", e)
-        print(line, file=sys.stderr)
+    res, code = run_command("minirl sft", lambda: run_sft(argv))  # Ctrl-C or SIGTERM: the history written so far stands
+    if code is not None:
         return code
-    except Exception as e:
-        error = user_error(e)
-        if error is None or os.environ.get("MINIRL_DEBUG") == "1":
-            raise
-        print(f"minirl sft: {error}", file=sys.stderr)
-        return 2
     print(f"SFT: {res['steps']} steps in {res['wall_s']:.0f} s, validation accuracy {res['val_acc']:.3f}; "
           f"model saved to {res['path']}")
     return 0
