@@ -5,14 +5,19 @@ where each process's CPU goes.
 
 Every run starts from the same warm start (`minirl://tiny-qwen2-sft`, the default model) with the same
 prompts (32 x n=8, the `minirl train` defaults) and is a fresh `minirl train` process. The runs are
-interleaved (`--rounds` rounds of every run), so a machine that gets busier half-way slows every mode alike:
+interleaved (`--rounds` rounds of every run), so a machine that gets busier half-way slows every mode alike.
+Round r seeds the prompt order and the sampler with 42 + r (`data.seed`, `actor_rollout_ref.rollout.seed`;
+`--same-seed` keeps 42): sync is deterministic, so rounds of one seed would measure one learning curve three
+times, while the async modes vary with the timing of their weight syncs.
 
 | name | mode | what differs |
 |---|---|---|
 | `sync` | sync | rollout (in the controller's engine thread) and training take turns |
 | `colocate_async` | colocate_async | one batch generated ahead; generation pauses while the trainer trains (same cores) |
 | `separate_async` | separate_async | a rollout server process generates while the controller trains; `parameter_sync_step=1`: one update of the 32 prompts per sync, the same optimizer work as sync |
-| `separate_async_p4` | separate_async | the same with `parameter_sync_step=4`: 4 local updates of 8 prompts per weight sync |
+| `sync_is`, `colocate_async_is`, `separate_async_is` | each mode | token-level rollout IS (`algorithm.rollout_correction.rollout_is=token`): the stale batches corrected; compared with `sync_is` |
+| `sync_bypass`, `colocate_async_bypass`, `separate_async_bypass` | each mode | bypass mode (`algorithm.rollout_correction.bypass_mode=True`): old log-probs are the rollout's, no old-log-prob forward; compared with `sync_bypass` |
+| `separate_async_p4` | separate_async | `separate_async` with `parameter_sync_step=4`: 4 local updates of 8 prompts per weight sync |
 | `sep_drop_1`, `sep_drop_2`, `sep_drop_4`, `sep_wait_1`, ... | separate_async (p4) | `max_off_policy_threshold` 1, 2, 4 with strategy `drop` / `wait` |
 
 In every mode the agent loop runs in a worker process of its own (`actor_rollout_ref.rollout.agent.placement`,
@@ -62,6 +67,13 @@ RUNS: dict[str, list[str]] = {
                                f"trainer.v1.sampler.max_off_policy_strategy={strategy}"]
        for strategy in ("drop", "wait") for k in (1, 2, 4)},
 }
+# the three modes again with the stale batches corrected, the same correction for every mode (sync: a no-op on
+# fresh data up to float noise; bypass also skips the old-log-prob forward): `<mode>_is`, `<mode>_bypass`
+CORRECTIONS = {"is": ["algorithm.rollout_correction.rollout_is=token"],
+               "bypass": ["algorithm.rollout_correction.bypass_mode=True", f"{R}.calculate_log_probs=True"]}
+for _mode in ("sync", "colocate_async", "separate_async"):
+    for _suffix, _extra in CORRECTIONS.items():
+        RUNS[f"{_mode}_{_suffix}"] = [*RUNS[_mode], *_extra]
 DEFAULT = ["sync", "colocate_async", "separate_async"]
 ACC = "val-core/minirl/arithmetic/acc/mean@1"
 
@@ -144,11 +156,18 @@ def summarize(results: list[dict]) -> list[dict]:
                      "steps_per_min_median": round(float(np.median(spm)), 1),
                      "ceiling_median": float(np.median([r["ceiling_steps_per_min"] or 0 for r in rs])),
                      "acc_at_equal_wall_time": round(float(np.mean(accs)), 3) if accs else None,
+                     "acc_at_equal_wall_time_rounds": accs,
+                     "acc_at_equal_wall_time_se": round(float(np.std(accs, ddof=1) / np.sqrt(len(accs))), 3)
+                     if len(accs) > 1 else None,
+                     "acc_final": [r["val"][-1][2] for r in rs if r["val"]],
                      "equal_wall_time_s": round(equal_t, 1), "cpu_s_per_step": cpu,
                      "staleness_mean": rs[0]["staleness_mean"]})
-    base = next((r for r in rows if r["name"] == "sync"), None)
-    for r in rows:
+    by_name = {r["name"]: r for r in rows}
+    for r in rows:  # against sync with the same correction (`separate_async_is` against `sync_is`), else `sync`
+        suffix = next((f"_{k}" for k in CORRECTIONS if r["name"].endswith(f"_{k}")), "")
+        base = by_name.get(f"sync{suffix}") or by_name.get("sync")
         r["x_sync"] = round(r["steps_per_min_median"] / base["steps_per_min_median"], 2) if base else None
+        r["x_sync_of"] = base["name"] if base else None
     return rows
 
 
@@ -158,7 +177,11 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--test-freq", type=int, default=10)
     ap.add_argument("--only", nargs="*", default=None, help=f"a subset of {list(RUNS)} (default {DEFAULT})")
+    ap.add_argument("--same-seed", action="store_true",
+                    help="every round with seed 42 (default: round r uses data.seed and rollout.seed 42 + r)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--record", default=None, help="also write the runs, the summary and the command to this JSON "
+                    "(benchmarks/results/async_modes.json is the one chapter 10 draws)")
     ap.add_argument("overrides", nargs="*", help="extra overrides for every run")
     args = ap.parse_args()
     out = Path(args.out or tempfile.mkdtemp(prefix="minirl-async-"))
@@ -166,11 +189,15 @@ def main():
     unknown = [n for n in names if n not in RUNS]
     if unknown:
         raise SystemExit(f"--only: unknown run(s) {unknown}; choose from {list(RUNS)}")
-    print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); output in {out}", flush=True)
+    load_before = os.getloadavg()[0]
+    print(f"load average before: {load_before:.2f} ({os.cpu_count()} cores); output in {out}", flush=True)
     results = []
     for rnd in range(args.rounds):
+        # a seed per round: sync is deterministic, so rounds of one seed would repeat one learning curve
+        seeds = [] if args.same_seed else [f"data.seed={42 + rnd}", f"{R}.seed={42 + rnd}"]
         for name in names:
-            res = run_one(name, [*RUNS[name], *args.overrides], out / f"round{rnd}", args.steps, args.test_freq)
+            res = run_one(name, [*RUNS[name], *seeds, *args.overrides], out / f"round{rnd}", args.steps,
+                          args.test_freq)
             res["round"] = rnd
             results.append(res)
             curve = " ".join(f"step {s} ({t:.0f} s): {a:.3f}" for s, t, a in res["val"])
@@ -180,13 +207,30 @@ def main():
                   f"| staleness {res['staleness_mean']} | acc {res['val0']} -> {curve} "
                   f"| load {os.getloadavg()[0]:.2f}", flush=True)
     rows = summarize(results)
-    print("\nrun                 steps/min (rounds)        median  x sync  ceiling  acc@equal wall time  CPU s/step")
+    print("\nrun                 steps/min (rounds)        median  x sync  ceiling  acc@equal wall time (+-SE; rounds)"
+          "  acc at the end  CPU s/step")
     for r in rows:
         print(f"{r['name']:18s}  {r['steps_per_min']!s:24s}  {r['steps_per_min_median']:6.1f}  {r['x_sync']}  "
-              f"{r['ceiling_median']:7.1f}  {r['acc_at_equal_wall_time']} (at {r['equal_wall_time_s']} s)  "
+              f"{r['ceiling_median']:7.1f}  {r['acc_at_equal_wall_time']} +- {r['acc_at_equal_wall_time_se']} "
+              f"(at {r['equal_wall_time_s']} s; {r['acc_at_equal_wall_time_rounds']})  {r['acc_final']}  "
               f"{r['cpu_s_per_step']}")
     print(f"load average after: {os.getloadavg()[0]:.2f}")
     (out / "summary.json").write_text(json.dumps({"runs": results, "summary": rows}, indent=1))
+    if args.record:
+        write_record(Path(args.record), results, rows, sys.argv[1:], load_before, os.getloadavg()[0])
+
+
+def write_record(path: Path, results: list[dict], rows: list[dict], argv: list[str], load_before: float,
+                 load_after: float) -> None:
+    """The recorded comparison: the command, where and when it ran, every run and the summary rows."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1], check=False).stdout.strip() or "?"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "command": " ".join(["python", "benchmarks/async_modes.py", *argv]), "date": time.strftime("%Y-%m-%d"),
+        "commit": commit, "machine": f"{os.cpu_count()} CPU cores, load average {load_before:.2f} before, "
+                                     f"{load_after:.2f} after, one torch thread per process",
+        "results": results, "summary": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,13 @@ from omegaconf import OmegaConf
 
 from minirl.config import load
 from minirl.protocol import DataProto
-from minirl.trainer.ppo.rollout_corr_helper import PRESETS, apply_rollout_correction, preset, preset_overrides
+from minirl.trainer.ppo.rollout_corr_helper import (
+    PRESETS,
+    apply_rollout_correction,
+    lag_advantage_bias,
+    preset,
+    preset_overrides,
+)
 from minirl.trainer.ppo.rollout_corr_helper import compute_rollout_correction_and_rejection_mask as correct
 
 
@@ -215,3 +221,20 @@ def test_preset_names_and_unknown_preset():
     assert sum(p.get("bypass_mode", False) for p in PRESETS.values()) == 8
     with pytest.raises(ValueError, match="unknown rollout-correction preset 'tis'"):
         preset("tis")
+
+
+def test_lag_advantage_bias_reads_the_sign_of_the_lag():
+    """Tokens the anchor likes more than the sampler did (x > 0) carry the positive advantages: corr > 0, and the
+    reweighted sum moves toward them; masked tokens count nowhere."""
+    old = torch.log(torch.tensor([[0.6, 0.5, 0.9], [0.2, 0.5, 0.1]]))
+    roll = torch.log(torch.tensor([[0.3, 0.5, 0.1], [0.4, 0.5, 0.1]]))  # x = ln 2, 0, (masked) | ln .5, 0, ...
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]])
+    out = lag_advantage_bias(old, roll, adv, mask)
+    assert out["tokens"] == 4 and out["corr_x_adv"] == pytest.approx(math.sqrt(0.5))  # x = (a, 0, -a, 0)
+    assert out["w_pos"] == pytest.approx((2.0 + 1.0) / 2) and out["w_neg"] == pytest.approx((0.5 + 1.0) / 2)
+    assert out["sum_adv"] == pytest.approx(0.0) and out["sum_w_adv"] == pytest.approx(2.0 + 1.0 - 0.5 - 1.0)
+    same = lag_advantage_bias(old, old, adv, mask)  # no lag: w = 1, nothing correlates, the sums agree
+    assert same["corr_x_adv"] == 0.0 and same["sum_w_adv"] == pytest.approx(same["sum_adv"])
+    noise = lag_advantage_bias(old + 1e-7 * adv, old, adv, mask)  # two fp32 forwards of one model: not lag
+    assert noise["corr_x_adv"] == 0.0 and noise["w_pos"] == noise["w_neg"] == 1.0

@@ -55,7 +55,8 @@ from minirl.utils.torch_functional import masked_mean, masked_sum
 
 __all__ = ["PRESETS", "SAFETY_BOUND", "apply_rollout_correction", "compute_offpolicy_metrics",
            "compute_rollout_correction_and_add_to_batch", "compute_rollout_correction_and_rejection_mask",
-           "compute_rollout_correction_weights", "compute_rollout_rejection_mask", "preset", "preset_overrides"]
+           "compute_rollout_correction_weights", "compute_rollout_rejection_mask", "lag_advantage_bias", "preset",
+           "preset_overrides"]
 
 # ------------------------------------------------------------------------------------ the formulas
 
@@ -260,6 +261,43 @@ def compute_offpolicy_metrics(
         "chi2_seq": (torch.exp(2.0 * seq_sum).mean() - 1.0).item(),
     })
     return metrics
+
+
+FLOAT_NOISE = 1e-5
+"""|log pi_old - log pi_roll| below this is float noise, not lag (same weights on CPU: ~1e-7; chapter 10)."""
+
+
+def lag_advantage_bias(old_log_prob: torch.Tensor, rollout_log_prob: torch.Tensor, advantages: torch.Tensor,
+                       response_mask: torch.Tensor) -> dict[str, float]:
+    r"""What the weights $w=e^{x}$, $x=\log\pi_{\text{old}}-\log\pi_{\text{roll}}$, would change in one batch's
+    policy gradient: do they lean toward the tokens with positive advantage or the others? (minirl's own; no
+    verl counterpart.)
+
+    Over the response tokens ($m=1$), with $A$ the advantages:
+
+    - `corr_x_adv`: the Pearson correlation of $x$ and $A$. Above 0: the sampler drew the tokens with
+      positive advantage *less* often than $\pi_{\text{old}}$ would (policy lag: the last update raised them);
+    - `w_pos`, `w_neg`: the mean $w$ of the tokens with $A>0$ and with $A<0$;
+    - `sum_adv`, `sum_w_adv`: $\sum_t m_tA_t$ as sampled and $\sum_t m_t w_t A_t$ reweighted to
+      $\pi_{\text{old}}$: the net push of a token-mean loss (below 0: the sampled tokens pushed down overall).
+
+    Without a correction the loss uses the first weighting; if `corr_x_adv` keeps one sign step after step,
+    that difference is a bias with a direction, not noise (`benchmarks/staleness_bias.py`, chapter 10).
+    Differences below `FLOAT_NOISE` (two fp32 forwards of the same weights) count as 0, so a fresh batch reads
+    `corr_x_adv` 0 and $w=1$.
+    """
+    m = response_mask.bool()
+    x = (old_log_prob - rollout_log_prob)[m].double().clamp(-SAFETY_BOUND, SAFETY_BOUND)
+    x = torch.where(x.abs() < FLOAT_NOISE, torch.zeros_like(x), x)
+    a = advantages[m].double()
+    w = torch.exp(x)
+    pos, neg = a > 0, a < 0
+    varies = x.numel() > 1 and bool(x.std() > 0) and bool(a.std() > 0)
+    return {"tokens": int(m.sum()),
+            "corr_x_adv": float(torch.corrcoef(torch.stack([x, a]))[0, 1]) if varies else 0.0,
+            "w_pos": float(w[pos].mean()) if pos.any() else float("nan"),
+            "w_neg": float(w[neg].mean()) if neg.any() else float("nan"),
+            "sum_adv": float(a.sum()), "sum_w_adv": float((w * a).sum())}
 
 
 def compute_rollout_correction_and_rejection_mask(

@@ -20,16 +20,36 @@ current ones back afterwards (`save_model_to_cpu` / `restore_model_from_cpu`, ve
 `DetachActorWorker`). In bypass mode (`algorithm.rollout_correction.bypass_mode`) the anchor is the
 rollout's own log-probs and nothing is swapped.
 
+**Correcting the lag.** With one warm-up batch every trained batch was sampled about one version before
+$\\pi_{\\text{old}}$. verl's defaults (decoupled, `rollout_is: null`) leave that uncorrected: the clip measures
+from $\\pi_{\\text{old}}$, but the tokens are weighted as the stale sampler drew them. minirl says so once at
+start-up (`UNCORRECTED_WARNING`), because on its benchmark that run learned far worse than sync while token IS
+or bypass mode learned as sync does (`benchmarks/README.md`, async_modes; `benchmarks/staleness_bias.py` shows
+the sign of the bias).
+
 What minirl leaves out: the hybrid switch (`trainer.v1.separate_async.hybrid_rollout`, lending the
 trainer's own replicas to generation while it idles): minirl has no hybrid replicas next to its servers.
 """
 
 from __future__ import annotations
 
+import sys
+
+from tqdm import tqdm
+
 from minirl.trainer.ppo.trainer_async import AsyncTrainerMixin
 from minirl.trainer.ppo.trainer_base import PPOTrainer, register_trainer
 
-__all__ = ["PPOTrainerSeparateAsync"]
+__all__ = ["UNCORRECTED_WARNING", "PPOTrainerSeparateAsync"]
+
+UNCORRECTED_WARNING = (
+    "minirl: warning: separate_async with no rollout correction (algorithm.rollout_correction: rollout_is and "
+    "rollout_rs null, bypass_mode false, verl's defaults): every batch is about one version behind pi_old and the "
+    "loss does not correct for it; in minirl's 150-step benchmark this learned far worse than sync "
+    "(benchmarks/README.md, async_modes). To correct: algorithm.rollout_correction.rollout_is=token, or "
+    "algorithm.rollout_correction.bypass_mode=True actor_rollout_ref.rollout.calculate_log_probs=True.")
+"""Said once at start-up when separate_async would train its stale batches uncorrected (minirl's own; verl says
+nothing)."""
 
 
 @register_trainer("separate_async")
@@ -46,6 +66,9 @@ class PPOTrainerSeparateAsync(AsyncTrainerMixin, PPOTrainer):
         # the LR schedule steps once per local update (verl: `_init_dataloader`, optim total_training_steps)
         for sec in (config.actor_rollout_ref.actor.optim, config.critic.optim):
             sec.total_training_steps = self.total_training_steps * self.parameter_sync_step
+        rc = config.algorithm.rollout_correction
+        if not rc.bypass_mode and rc.rollout_is is None and rc.rollout_rs is None:
+            tqdm.write(UNCORRECTED_WARNING, file=sys.stderr)
 
     def on_init_end(self):
         """Give the servers the actor's (possibly resumed) weights, version = global_steps."""
