@@ -16,7 +16,7 @@ $A$ the GRPO advantage, $m$ the response mask):
 | `sum A`, `sum wA` | $\\sum m A$ as sampled, $\\sum m\\,w A$ reweighted to $\\pi_{\\text{old}}$ | the net push of the batch's token-mean loss: < 0 pushes the sampled tokens down overall |
 | `|x|>0.05` | share of tokens whose two log-probs differ by more than 0.05 | how much of the batch the lag touches |
 
-Without the correction (verl's default, `rollout_is: null`) the loss uses `sum A`'s weighting: the bias has a
+Without the correction (verl's default `algorithm.rollout_correction.rollout_is=null`) the loss uses `sum A`'s weighting: the bias has a
 sign, the same sign step after step, so it accumulates. `benchmarks/README.md` (async_modes) has the
 learning curves with and without the correction; this script shows the sign. Numbers mean something only on
 a run of the benchmark's settings; `--steps 3` verifies the script.

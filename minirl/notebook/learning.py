@@ -87,7 +87,7 @@ def plot_learning_curves(live: Sequence[dict], recorded: dict | None = None, tit
     return fig
 
 
-ASYNC_PANELS = {"no correction (verl's defaults)": ("sync", "separate_async"),
+ASYNC_PANELS = {"no correction (rollout_is null, decoupled)": ("sync", "separate_async"),
                 "token-level IS (rollout_is=token)": ("sync_is", "colocate_async_is", "separate_async_is"),
                 "bypass (old = rollout log-probs)": ("sync_bypass", "separate_async_bypass")}
 """The panels of `plot_async_modes`: a title and the run names of `benchmarks/async_modes.py` it draws."""

@@ -21,7 +21,7 @@ current ones back afterwards (`save_model_to_cpu` / `restore_model_from_cpu`, ve
 rollout's own log-probs and nothing is swapped.
 
 **Correcting the lag.** With one warm-up batch every trained batch was sampled about one version before
-$\\pi_{\\text{old}}$. verl's defaults (decoupled, `rollout_is: null`) leave that uncorrected: the clip measures
+$\\pi_{\\text{old}}$. verl's default `algorithm.rollout_correction.rollout_is=null` (decoupled) leaves that uncorrected: the clip measures
 from $\\pi_{\\text{old}}$, but the tokens are weighted as the stale sampler drew them. minirl says so once at
 start-up (`UNCORRECTED_WARNING`), because on its benchmark that run learned far worse than sync while token IS
 or bypass mode learned as sync does (`benchmarks/README.md`, async_modes; `benchmarks/staleness_bias.py` shows
@@ -44,7 +44,7 @@ __all__ = ["UNCORRECTED_WARNING", "PPOTrainerSeparateAsync"]
 
 UNCORRECTED_WARNING = (
     "minirl: warning: separate_async with no rollout correction (algorithm.rollout_correction: rollout_is and "
-    "rollout_rs null, bypass_mode false, verl's defaults): every batch is about one version behind pi_old and the "
+    "rollout_rs null, bypass_mode false, as verl defaults them): every batch is about one version behind pi_old and the "
     "loss does not correct for it; in minirl's 150-step benchmark this learned far worse than sync "
     "(benchmarks/README.md, async_modes). To correct: algorithm.rollout_correction.rollout_is=token, or "
     "algorithm.rollout_correction.bypass_mode=True actor_rollout_ref.rollout.calculate_log_probs=True.")
