@@ -9,7 +9,7 @@ session of the worker and the run hangs without a word. So `call_tool`:
 - runs a user tool's whole call (create, execute, release) in a daemon thread with its own event
   loop, and waits for it at most `timeout` seconds; a call still running then raises `ToolTimeout`
   (the agent loop turns it into an observation and a counted `timeout` failure) and its thread is
-  abandoned, as a timed-out reward call's is (`minirl.workers.reward.scoring`);
+  abandoned (`minirl.utils.py_functional.in_daemon_thread`, the thread a user reward call gets too);
 - runs a tool whose class sets `minirl_inline = True` (minirl's calculator, which returns at once and
   bounds its own time) directly on the agent loop's event loop: no thread per call, and an `await`
   that never ends still times out.
@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import threading
-from typing import Any
+
+from minirl.utils.py_functional import in_daemon_thread
 
 __all__ = ["ToolTimeout", "call_tool", "runs_inline"]
 
@@ -51,29 +51,6 @@ async def _lifecycle(tool, parameters: dict, create_kwargs: dict, execute_kwargs
             await _maybe_await(tool.release(instance_id))
 
 
-async def _in_thread(call) -> Any:
-    """`call()` in a new daemon thread; its result or exception comes back through a future."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-
-    def deliver(value, error):
-        if not future.done():
-            future.set_exception(error) if error is not None else future.set_result(value)
-
-    def target():
-        try:
-            value, error = call(), None
-        except BaseException as e:  # noqa: BLE001 (the caller decides what an error means)
-            value, error = None, e
-        try:
-            loop.call_soon_threadsafe(deliver, value, error)
-        except RuntimeError:  # the loop is gone (the call overran and the run moved on): nobody to tell
-            pass
-
-    threading.Thread(target=target, daemon=True, name=f"minirl-tool-{getattr(call, '__name__', 'call')}").start()
-    return await future
-
-
 async def call_tool(tool, parameters: dict, timeout: float, create_kwargs: dict | None = None,
                     **execute_kwargs) -> tuple:
     """`(response, step_reward, metrics)` of one call of `tool`, or `ToolTimeout` after `timeout` seconds.
@@ -84,8 +61,9 @@ async def call_tool(tool, parameters: dict, timeout: float, create_kwargs: dict 
     if runs_inline(tool):
         work = asyncio.ensure_future(_lifecycle(tool, parameters, create_kwargs, execute_kwargs))
     else:
-        work = asyncio.ensure_future(_in_thread(
-            lambda: asyncio.run(_lifecycle(tool, parameters, create_kwargs, execute_kwargs))))
+        work = asyncio.ensure_future(in_daemon_thread(
+            lambda: asyncio.run(_lifecycle(tool, parameters, create_kwargs, execute_kwargs)),
+            name=f"minirl-tool-{type(tool).__name__}"))
     done, _ = await asyncio.wait({work}, timeout=timeout)
     if not done:
         work.cancel()

@@ -8,17 +8,20 @@
 - `flatten_dict`: `{"a": {"b": 1}}` -> `{"a.b": 1}`, the dotted keys of the config and of traces.
 - `file_lock`: an exclusive lock on a file, so that two processes that build the same cached thing
   (the warm start, a reward model, a tool-using policy) build it once.
+- `in_daemon_thread`: await a blocking call run in a daemon thread of its own, so that a caller can stop
+  waiting (a deadline) and abandon a call that never returns: user reward functions and tool calls.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["file_lock", "flatten_dict", "run_coroutine"]
+__all__ = ["file_lock", "flatten_dict", "in_daemon_thread", "run_coroutine"]
 
 
 def run_coroutine(make_coro: Callable[[], Coroutine] | Coroutine) -> Any:
@@ -64,3 +67,31 @@ def file_lock(path: str):
             yield
         finally:
             fcntl.flock(f, fcntl.LOCK_UN)
+
+
+async def in_daemon_thread(call: Callable[[], Any], name: str = "minirl-call") -> Any:
+    """Run `call()` in a new daemon thread named `name`; its result (or exception) comes back through a future.
+
+    A caller that waits with a deadline (`asyncio.wait(..., timeout=)`) can give up on it: the thread is
+    abandoned, and being a daemon it does not keep the process alive; if it finishes after its event loop is
+    gone, its result is dropped.
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def deliver(value, error):
+        if not future.done():
+            future.set_exception(error) if error is not None else future.set_result(value)
+
+    def target():
+        try:
+            value, error = call(), None
+        except BaseException as e:  # noqa: BLE001 (the caller decides what an error means)
+            value, error = None, e
+        try:
+            loop.call_soon_threadsafe(deliver, value, error)
+        except RuntimeError:  # the loop is gone (the call overran and the caller moved on): nobody to tell
+            pass
+
+    threading.Thread(target=target, daemon=True, name=name).start()
+    return await future

@@ -40,7 +40,7 @@ from tqdm.auto import tqdm
 
 from minirl.protocol import DataProto
 from minirl.utils.config import cfg_get
-from minirl.utils.py_functional import run_coroutine
+from minirl.utils.py_functional import in_daemon_thread, run_coroutine
 from minirl.workers.reward.loading import RewardFunctionError, custom_reward_path, load_reward_manager
 from minirl.workers.reward.reward_model import (
     RewardModelManager,
@@ -49,7 +49,7 @@ from minirl.workers.reward.reward_model import (
     register_token,
     rm_input_text,
 )
-from minirl.workers.reward.scoring import BadRewardOutput, FailureLog, in_daemon_thread
+from minirl.workers.reward.scoring import BadRewardOutput, FailureLog
 
 __all__ = ["MAX_CONCURRENT_REQUESTS", "RewardLoopManager", "RewardLoopWorker", "collect_reward_info"]
 
@@ -118,7 +118,7 @@ class RewardLoopWorker:
                 return post_request(self.reward_router_address, "classify", payload, timeout, token=token)
 
         try:
-            output = await in_daemon_thread(post)
+            output = await in_daemon_thread(post, name="minirl-reward")
             score = float(output["data"][-1]["probs"][-1])
         except Exception as e:
             if self.server is not None and not self.server.alive():

@@ -34,13 +34,14 @@ import inspect
 import math
 import numbers
 import sys
-import threading
 import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-__all__ = ["SLOW_NOTICE_S", "BadRewardOutput", "FailureLog", "function_location", "in_daemon_thread", "parse_score",
+from minirl.utils.py_functional import in_daemon_thread
+
+__all__ = ["SLOW_NOTICE_S", "BadRewardOutput", "FailureLog", "function_location", "parse_score",
            "run_score_fn", "runs_inline"]
 
 SLOW_NOTICE_S = 10.0
@@ -72,29 +73,6 @@ def _where_raised(exc: BaseException, fn: Callable) -> str:
             line = tb.tb_lineno
         tb = tb.tb_next
     return f" at line {line}" if line is not None else ""
-
-
-async def in_daemon_thread(call: Callable[[], Any]) -> Any:
-    """Run `call()` in a new daemon thread; the result (or exception) comes back through a future."""
-    loop = asyncio.get_running_loop()
-    future = loop.create_future()
-
-    def deliver(value, error):
-        if not future.done():
-            future.set_exception(error) if error is not None else future.set_result(value)
-
-    def target():
-        try:
-            value, error = call(), None
-        except BaseException as e:  # noqa: BLE001 (the caller decides what an error means)
-            value, error = None, e
-        try:
-            loop.call_soon_threadsafe(deliver, value, error)
-        except RuntimeError:  # the loop is gone (the call overran and the step moved on): nothing to tell
-            pass
-
-    threading.Thread(target=target, daemon=True, name="minirl-reward").start()
-    return await future
 
 
 INLINE_ATTR = "minirl_inline"
@@ -142,7 +120,7 @@ async def run_score_fn(fn: Callable, kwargs: dict, timeout: float, what: str = "
     if _is_async(fn):
         task = asyncio.ensure_future(fn(**kwargs))
     else:
-        task = asyncio.ensure_future(in_daemon_thread(lambda: fn(**kwargs)))
+        task = asyncio.ensure_future(in_daemon_thread(lambda: fn(**kwargs), name="minirl-reward"))
     t0 = time.monotonic()
     try:
         done, _ = await asyncio.wait({task}, timeout=min(SLOW_NOTICE_S, timeout))
