@@ -23,8 +23,16 @@ def test_sigterm_raises_a_keyboard_interrupt_named_sigterm():
     assert code == 143 and "SIGTERM" in line
 
 
+@pytest.fixture
+def ctrl_c_raises():
+    """SIGINT as in a terminal: a test worker may inherit it ignored (and a held SIGINT is then rightly ignored)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_during_a_checkpoint_acts_once_the_block_is_done(signum):
+def test_a_signal_during_a_checkpoint_acts_once_the_block_is_done(signum, ctrl_c_raises):
     done = []
     before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(KeyboardInterrupt), stop_on_signals():
