@@ -279,6 +279,40 @@ def test_hf_rollout_stops_at_the_abort_and_keeps_what_it_generated(tiny_model):
     assert [o.log_probs for o in aborted[:2]] == [o.log_probs[:3] for o in full]
 
 
+def test_the_server_answers_the_calls_left_after_an_abort_without_running_them():
+    """A batch split into engine calls of `max_num_seqs`: an abort during the first call must not start the next
+    one (it would generate while the trainer trains); its requests come back aborted and empty."""
+    from dataclasses import asdict
+
+    from minirl.workers.rollout.server import RolloutServer
+
+    class SlowRollout:  # one long engine call that the abort stops
+        max_num_seqs, policy_version = 2, 3
+
+        def __init__(self):
+            self.abort_event, self.started, self.calls = threading.Event(), threading.Event(), []
+
+        def generate(self, prompts, params):
+            self.calls.append(list(prompts))
+            self.started.set()
+            self.abort_event.wait(10)
+            return [TokenOutput([1], [-0.1], "aborted", 3, {}) for _ in prompts]
+
+    async def main():
+        rollout = SlowRollout()
+        server = RolloutServer({}, "", 0, "cpu", rollout=rollout)
+        params = asdict(SamplingParams(max_tokens=4))
+        batch = asyncio.ensure_future(server.generate_batch([(f"r{i}", [i], params) for i in range(4)]))
+        while not rollout.started.is_set():
+            await asyncio.sleep(0.005)
+        aborted = await server.abort_all_requests()
+        return rollout.calls, aborted, await batch
+
+    calls, aborted, outs = asyncio.run(main())
+    assert calls == [[[0], [1]]] and aborted["aborted_running"] == 2  # the second call never reached the engine
+    assert [(o.token_ids, o.stop_reason) for o in outs] == [([1], "aborted")] * 2 + [([], "aborted")] * 2
+
+
 # --------------------------------------------------------------------------------- config checks
 
 

@@ -142,7 +142,11 @@ class RolloutServer:
             size = int(getattr(self.rollout, "max_num_seqs", 0) or 0)
             for items in groups.values():
                 for i in range(0, len(items), size or len(items)):
-                    await self._run_batch(loop, items[i:i + (size or len(items))])
+                    chunk = items[i:i + (size or len(items))]
+                    if self.paused:  # an abort came while an earlier call ran: these were still queued
+                        self._answer_aborted(chunk)
+                        continue
+                    await self._run_batch(loop, chunk)
 
     async def _gather_window(self, quiet_s: float = 0.002, max_s: float = 0.02) -> None:
         """Wait until no request arrived for `quiet_s` (at most `max_s`): requests sent together, one batch."""
@@ -191,16 +195,21 @@ class RolloutServer:
         self._resumed.clear()
         running = self.in_flight
         self.rollout.abort_event.set()
+        queued, self._queue = self._queue, []
+        self._answer_aborted(queued)
+        await asyncio.get_running_loop().run_in_executor(self.engine, lambda: None)  # the running batch has ended
+        return {"aborted_running": running, "aborted_queued": len(queued)}
+
+    def _answer_aborted(self, items) -> None:
+        """Answer requests that never reached the engine: no tokens, finish reason "aborted" (the client resumes
+        them after `resume_generation`, as verl's `FullyAsyncLLMServerClient` does)."""
         from minirl.workers.rollout.base import TokenOutput
 
-        queued, self._queue = self._queue, []
         version = int(self.rollout.policy_version)
-        for _, params, fut in queued:
+        for _, params, fut in items:
             if not fut.done():
                 fut.set_result(TokenOutput([], [] if params.logprobs else None, "aborted", version,
                                            {"global_steps": version, "replica_rank": self.replica_rank}))
-        await asyncio.get_running_loop().run_in_executor(self.engine, lambda: None)  # the running batch has ended
-        return {"aborted_running": running, "aborted_queued": len(queued)}
 
     async def resume_generation(self) -> dict:
         """Accept and run requests again (verl: `vLLMHttpServer.resume_generation`)."""
